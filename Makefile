@@ -1,0 +1,38 @@
+# kbv: `make demo` and `make test` work on a fresh machine with nothing but Python.
+# Where python3 already has torch (any GPU box), the venv sees it and torch is not reinstalled.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU wheel; a bare `torch` would pull a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+DEMO_RUN ?= runs/demo
+
+.PHONY: install test test-gpu demo clean
+
+$(BIN)/python:
+	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
+		echo "python3 has torch: the venv will use it"; \
+		$(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+		$(PYTHON) -m venv $(VENV); \
+	fi
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@$(BIN)/python -c "import setuptools" 2>/dev/null || $(BIN)/pip install -q setuptools wheel
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -q $(TORCH_PIN)
+	$(BIN)/pip install -q --no-build-isolation -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-gpu: install
+	$(BIN)/python -m pytest -q -m gpu
+
+demo: install
+	$(BIN)/kbv eval examples/ --problems smoke --device auto --run $(DEMO_RUN)
+
+clean:
+	rm -rf $(VENV) $(DEMO_RUN) build src/*.egg-info

@@ -1,0 +1,200 @@
+"""The public Python surface: `evaluate` a set of candidates, `load_report` of a run.
+
+    from kbv.api import EvalConfig, evaluate, load_report
+    result = evaluate(EvalConfig(candidates="examples/", problems="smoke", device="cpu"))
+    for v in result.verdicts:
+        print(v.problem, v.candidate, v.status.value, v.speedup)
+
+The CLI is a thin layer over these two functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbv.candidates import Pair, Unpaired, load_candidates
+from kbv.errors import ProblemError, UsageError
+from kbv.executor import Executor, Job, LocalExecutor
+from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
+from kbv.problems import load_problems
+from kbv.provenance import collect_provenance, device_fingerprint
+from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device
+from kbv.store import Store, open_store, pair_key
+from kbv.verdict import Verdict
+
+PROTOCOL_CHOICES = ("standard", "verified", "both")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything `evaluate` needs. Paths are strings as the user gave them."""
+
+    candidates: str
+    problems: str = "smoke"
+    protocol: str = "standard"  # standard | verified | both
+    device: str = "auto"
+    run_dir: str | None = None  # default: kbv-runs/<candidates name>
+    seed: int | None = None  # the verified protocol's secret seed (random when None)
+    timeout_s: float = 300.0
+    build_timeout_s: float = 900.0
+    jobs: int = 0  # parallel builds; 0 = one per CPU core, at most 8
+    tolerance: float = 1e-2  # the standard protocol's atol = rtol
+    cache_dir: str | None = None  # builds; default $KBV_CACHE_DIR or ~/.cache/kbv
+
+
+@dataclass(frozen=True)
+class ProblemFailure:
+    problem: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_dir: Path
+    verdicts: tuple[Verdict, ...]  # this invocation's pairs, evaluated now or resumed
+    evaluated: int
+    resumed: int
+    unpaired: tuple[Unpaired, ...]
+    problem_failures: tuple[ProblemFailure, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    run_dir: Path
+    verdicts: tuple[Verdict, ...]
+    metrics: dict[str, dict[str, Metrics]]
+    pass_at_k: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": str(self.run_dir),
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "metrics": {p: {g: asdict(m) for g, m in groups.items()} for p, groups in self.metrics.items()},
+            "pass_at_k": self.pass_at_k,
+        }
+
+
+ProgressFn = Callable[[int, int, Verdict | None], None]  # (done, total, verdict just finished)
+
+
+def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
+             executor: Executor | None = None) -> RunResult:
+    """Evaluate every (problem, candidate) pair, resuming from the run's store.
+
+    Raises UsageError / ProblemLoadError / CandidateSourceError for bad input; a bad candidate is a
+    verdict. A problem whose own code fails is reported in `problem_failures`; the run goes on.
+    """
+    protocols = _protocols(config.protocol)
+    _validate(config)
+    problems = load_problems(config.problems)
+    pairing = load_candidates(config.candidates, problems)
+    if not pairing.pairs:
+        reasons = "; ".join(f"{u.candidate.origin}: {u.reason}" for u in pairing.unpaired[:3])
+        raise UsageError(f"No candidate pairs with a problem of '{config.problems}'. {reasons}".strip())
+    settings = _settings(config)
+    run_dir = settings.run_dir
+    with open_store(run_dir) as store:
+        store.record_invocation(asdict(config), settings.provenance)
+        runners = _runners(config, settings, store)
+        jobs, resumed = _jobs(pairing.pairs, protocols, runners, settings, store)
+        own_executor = executor is None
+        executor = executor or LocalExecutor(settings, runners)
+        try:
+            evaluated, failures = _run_jobs(jobs, executor, store, progress, len(resumed))
+        finally:
+            if own_executor:
+                executor.close()
+        keys = [j.key for j in jobs] + resumed
+        verdicts = tuple(store.verdicts(keys))
+    return RunResult(run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()))
+
+
+def load_report(run_dir: str | Path) -> Report:
+    """Every verdict of a run with its metrics. Raises StoreError when there is no run."""
+    with open_store(Path(run_dir), create=False) as store:
+        verdicts = tuple(store.verdicts())
+    return Report(Path(run_dir), verdicts, metrics_by_group(verdicts), pass_at_k_by_model(verdicts))
+
+
+def _protocols(choice: str) -> tuple[str, ...]:
+    if choice not in PROTOCOL_CHOICES:
+        raise UsageError(f"Unknown protocol '{choice}': expected standard, verified or both.")
+    return ("standard", "verified") if choice == "both" else (choice,)
+
+
+def _validate(config: EvalConfig) -> None:
+    if config.timeout_s <= 0 or config.build_timeout_s <= 0:
+        raise UsageError("--timeout and --build-timeout must be positive.")
+    if not 0 < config.tolerance < 1:
+        raise UsageError("--tolerance must be between 0 and 1 (KernelBench uses 1e-2 or 1e-4).")
+    if config.jobs < 0:
+        raise UsageError("--jobs must be >= 0 (0 picks one per core).")
+
+
+def _settings(config: EvalConfig) -> Settings:
+    device = resolve_device(config.device)
+    run_dir = Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)
+    jobs = config.jobs or min(8, os.cpu_count() or 1)
+    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
+                    timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
+                    cuda_arch_list=cuda_arch_list(device), provenance=collect_provenance(device))
+
+
+def _slug(path: str) -> str:
+    name = Path(path.rstrip("/")).name or "run"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
+
+
+def _runners(config: EvalConfig, settings: Settings, store: Store) -> dict[str, Any]:
+    from kbv.protocols import StandardProtocol
+    from kbv.runners import StandardRunner
+
+    fingerprint = device_fingerprint(settings.provenance)
+    runners: dict[str, Any] = {
+        "standard": StandardRunner(StandardProtocol(tolerance=config.tolerance), settings, store, fingerprint)}
+    if "verified" in _protocols(config.protocol):
+        raise UsageError("The verified protocol is not available in this version of kbv yet; use --protocol standard.")
+    return runners
+
+
+def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str, Any], settings: Settings,
+          store: Store) -> tuple[list[Job], list[str]]:
+    device_fp = device_fingerprint(settings.provenance)
+    done = store.keys()
+    jobs, resumed = [], []
+    order = sorted(pairs, key=lambda p: (p.problem.level or 0, p.problem.problem_id or 0, p.problem.name))
+    for pair in order:
+        for protocol in protocols:
+            c = pair.candidate
+            key = pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
+                           runners[protocol].protocol.fingerprint(), device_fp)
+            (resumed.append(key) if key in done else jobs.append(Job(pair, protocol, key)))
+    return jobs, resumed
+
+
+def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: ProgressFn | None,
+              already: int) -> tuple[int, dict[str, ProblemFailure]]:
+    total = len(jobs) + already
+    if progress:
+        progress(already, total, None)
+    futures = [(job, executor.submit(job)) for job in jobs]
+    failures: dict[str, ProblemFailure] = {}
+    stored = 0
+    for done, (job, fut) in enumerate(futures, start=already + 1):
+        try:
+            verdict = fut.result()
+        except ProblemError as exc:
+            failures.setdefault(job.pair.problem.key, ProblemFailure(job.pair.problem.key, str(exc)))
+            verdict = None
+        else:
+            store.put_verdict(job.key, verdict)
+            stored += 1
+        if progress:
+            progress(done, total, verdict)
+    return stored, failures

@@ -1,0 +1,238 @@
+"""Candidates: modules defining `ModelNew`, and their pairing with problems.
+
+Accepted inputs:
+- one `.py` file (pairs with the single problem given, or by its name);
+- a directory of candidates named after their problems: `19_ReLU.py`, `19_ReLU__anything.py`,
+  `19_ReLU/anything.py`, optionally under `levelN/` folders;
+- a KernelBench run directory: `level_{L}_problem_{P}_sample_{S}_kernel.py`;
+- JSONL: one object a line with `problem` and `code`, optionally `model`, `sample`, `status`.
+
+Candidates that match no problem, or several, are reported in `Pairing.unpaired`, never dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import json
+import re
+import tokenize
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbv.errors import CandidateSourceError, did_you_mean
+from kbv.problems import Problem, content_hash, resolve_problem
+
+_RUN_FILE_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel$")
+_LEVEL_DIR_RE = re.compile(r"^level_?(\d+)$", re.IGNORECASE)
+
+
+class Backend(str, enum.Enum):
+    """How a candidate computes: decides on which devices it can run."""
+
+    CUDA = "cuda"  # load_inline with cuda_sources, or raw CUDA
+    TRITON = "triton"
+    CPP = "cpp"  # C++ extension without CUDA: CPU only
+    TORCH = "torch"  # plain PyTorch
+
+    def runs_on(self, device_type: str) -> bool:
+        if self is Backend.CUDA:
+            return device_type == "cuda"
+        if self is Backend.CPP:
+            return device_type == "cpu"
+        return True
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate module and what it claims to solve."""
+
+    code: str
+    name: str  # display name: file stem, or "sample 3 of model X"
+    origin: str  # a path, or "FILE.jsonl:LINE"
+    problem_ref: str  # what it names: "19_ReLU", "L1/19"
+    model: str | None = None
+    sample: int | None = None
+    no_code: bool = False  # a generated reply without a code block
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.code)
+
+    @property
+    def backend(self) -> Backend:
+        return detect_backend(self.code)
+
+
+@dataclass(frozen=True)
+class Pair:
+    problem: Problem
+    candidate: Candidate
+
+
+@dataclass(frozen=True)
+class Unpaired:
+    candidate: Candidate
+    reason: str
+
+
+@dataclass(frozen=True)
+class Pairing:
+    pairs: tuple[Pair, ...]
+    unpaired: tuple[Unpaired, ...]
+
+
+def detect_backend(code: str) -> Backend:
+    """Best guess of a candidate's backend from its source."""
+    if re.search(r"cuda_sources\s*=|__global__|\.cu['\"]|cpp_extension\.load\(", code):
+        return Backend.CUDA
+    if re.search(r"@\s*triton\.jit|\bimport\s+triton\b|\bfrom\s+triton\b", code):
+        return Backend.TRITON
+    if re.search(r"\bload_inline\s*\(|cpp_sources\s*=", code):
+        return Backend.CPP
+    return Backend.TORCH
+
+
+def has_code(code: str) -> bool:
+    """False when the source holds nothing but comments and white space."""
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER,
+                                tokenize.INDENT, tokenize.DEDENT):
+                return True
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return True  # malformed code is still code: the build reports it
+    return False
+
+
+def load_candidates(path: str | Path, problems: Sequence[Problem]) -> Pairing:
+    """Read candidates at `path` and pair each with its problem.
+
+    Raises CandidateSourceError when `path` cannot be read at all.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CandidateSourceError(f"No candidates at '{path}': no such file or directory.")
+    if path.is_dir():
+        candidates = _read_dir(path)
+    elif path.suffix == ".jsonl":
+        candidates = _read_jsonl(path)
+    elif path.suffix == ".py":
+        candidates = [_read_file(path, path.parent)]
+        if len(problems) == 1:  # a single file with a single problem pairs whatever its name
+            return Pairing((Pair(problems[0], candidates[0]),), ())
+    else:
+        raise CandidateSourceError(f"Cannot read candidates from '{path}': expected a .py file, a directory or a .jsonl file.")
+    if not candidates:
+        raise CandidateSourceError(f"No candidate files (*.py) under '{path}'.")
+    return pair_candidates(candidates, problems)
+
+
+def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]) -> Pairing:
+    """Pair by the problem each candidate names; report the rest with a reason."""
+    pairs: list[Pair] = []
+    unpaired: list[Unpaired] = []
+    names = sorted({p.name for p in problems} | {p.key for p in problems})
+    for cand in candidates:
+        matches = _matches(cand.problem_ref, problems)
+        if len(matches) == 1:
+            pairs.append(Pair(matches[0], cand))
+        elif not matches:
+            hint = did_you_mean(_bare(cand.problem_ref), names)
+            unpaired.append(Unpaired(cand, f"no problem named '{cand.problem_ref}'.{hint}"))
+        else:
+            keys = ", ".join(p.key for p in matches)
+            unpaired.append(Unpaired(cand, f"'{cand.problem_ref}' is ambiguous: {keys}"))
+    return Pairing(tuple(pairs), tuple(unpaired))
+
+
+def _bare(ref: str) -> str:
+    return ref.split("/")[-1]
+
+
+def _matches(ref: str, problems: Sequence[Problem]) -> list[Problem]:
+    m = re.match(r"^L(\d+)/P(\d+)$", ref)
+    if m:  # a KernelBench run file: level and problem id
+        level, pid = int(m.group(1)), int(m.group(2))
+        return [p for p in problems if p.level == level and p.problem_id == pid]
+    matches = resolve_problem(problems, ref)
+    if not matches and "/" not in ref and not ref.isdigit():
+        # 'relu' naming '19_ReLU': match on the part after the id
+        lowered = ref.lower()
+        matches = [p for p in problems if p.name.split("_", 1)[-1].lower() == lowered]
+    return matches
+
+
+def _read_file(path: Path, root: Path) -> Candidate:
+    try:
+        code = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateSourceError(f"{path}: cannot read: {exc}") from exc
+    ref, sample = _ref_from_path(path, root)
+    try:
+        name = str(path.relative_to(root).with_suffix(""))
+    except ValueError:
+        name = path.stem
+    return Candidate(code=code, name=name or path.stem, origin=str(path), problem_ref=ref,
+                     sample=sample, no_code=not has_code(code))
+
+
+def _ref_from_path(path: Path, root: Path) -> tuple[str, int | None]:
+    """What problem a file names, and its sample index, from its path."""
+    stem = path.stem
+    m = _RUN_FILE_RE.match(stem)
+    if m:
+        return f"L{int(m.group(1))}/P{int(m.group(2))}", int(m.group(3))
+    level = None
+    parents = path.relative_to(root).parts[:-1] if path.is_relative_to(root) else ()
+    for part in parents:
+        lm = _LEVEL_DIR_RE.match(part)
+        if lm:
+            level = int(lm.group(1))
+    ref = stem.split("__", 1)[0]
+    non_level = [p for p in parents if not _LEVEL_DIR_RE.match(p)]
+    if non_level and "__" not in stem:
+        ref = non_level[-1]  # 19_ReLU/anything.py
+    return (f"L{level}/{ref}" if level is not None else ref), None
+
+
+def _read_dir(root: Path) -> list[Candidate]:
+    files = sorted(p for p in root.rglob("*.py") if not p.name.startswith((".", "__init__")))
+    return [_read_file(p, root) for p in files if "__pycache__" not in p.parts]
+
+
+def _read_jsonl(path: Path) -> list[Candidate]:
+    out = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateSourceError(f"{path}: cannot read: {exc}") from exc
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        out.append(_jsonl_record(path, lineno, line))
+    return out
+
+
+def _jsonl_record(path: Path, lineno: int, line: str) -> Candidate:
+    where = f"{path}:{lineno}"
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CandidateSourceError(f"{where}: not valid JSON: {exc.msg}") from exc
+    if not isinstance(rec, dict) or "problem" not in rec or "code" not in rec:
+        raise CandidateSourceError(f"{where}: each line needs 'problem' and 'code'")
+    code = rec["code"] if isinstance(rec["code"], str) else ""
+    model = rec.get("model")
+    sample = rec.get("sample")
+    if sample is not None and not isinstance(sample, int):
+        raise CandidateSourceError(f"{where}: 'sample' must be an integer")
+    name = f"{rec['problem']}"
+    if model:
+        name += f" [{model}]"
+    if sample is not None:
+        name += f" #{sample}"
+    no_code = rec.get("status") in ("no_code", "request_failed") or not has_code(code)
+    return Candidate(code=code, name=name, origin=where, problem_ref=str(rec["problem"]),
+                     model=str(model) if model else None, sample=sample, no_code=no_code)

@@ -1,0 +1,186 @@
+"""The `kbv` command: parse, build a config, call the API, render, exit.
+
+Exit codes (`ExitCode`): 0 the command completed (whatever the verdicts); 1 some problems' own code
+failed (their pairs have no verdict); 2 bad input (one line on stderr says why); 3 kbv itself failed;
+130 interrupted (everything finished so far is stored).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from kbv.errors import HarnessError, KbvError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="kbv: KernelBench-Verified. Evaluate LLM-generated kernels under KernelBench's "
+                       "protocol and a verified one, side by side.")
+problems_app = typer.Typer(no_args_is_help=True, help="Inspect problem sets.")
+app.add_typer(problems_app, name="problems")
+
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    PROBLEM_FAILURES = 1
+    BAD_INPUT = 2
+    HARNESS = 3
+    INTERRUPTED = 130
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """KbvError -> one line on stderr and a non-zero exit; no traceback for the user's mistakes."""
+    try:
+        yield
+    except HarnessError as exc:
+        err.print(f"[red]kbv failed:[/] {exc}", markup=True, highlight=False)
+        raise typer.Exit(ExitCode.HARNESS) from None
+    except KbvError as exc:
+        err.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+    except KeyboardInterrupt:
+        err.print("interrupted: every verdict finished so far is stored; re-run the command to resume")
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+
+
+@app.command("eval")
+def eval_command(
+    candidates: str = typer.Argument(..., help="A candidate .py file, a directory of them, a KernelBench run directory, or a .jsonl file."),
+    problems: str = typer.Option("smoke", "--problems", "-p", help="A problem .py file, a directory tree (level1/...), a .parquet file, or a bundled suite: smoke, full."),
+    protocol: str = typer.Option("standard", help="standard (KernelBench's), verified, or both."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    run: Optional[str] = typer.Option(None, "--run", help="Run directory (results database); re-running resumes. Default: kbv-runs/<candidates name>."),
+    seed: Optional[int] = typer.Option(None, help="Fix the verified protocol's secret seed (recorded)."),
+    timeout: float = typer.Option(300.0, help="Wall-clock seconds for one pair's evaluation."),
+    build_timeout: float = typer.Option(900.0, help="Wall-clock seconds for one candidate's build."),
+    jobs: int = typer.Option(0, help="Parallel builds (0: one per core, at most 8)."),
+    tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol (KernelBench v0.1: 1e-2; HEAD: 1e-4)."),
+    cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached across runs (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
+    output: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Evaluate candidates against their problems."""
+    from kbv.api import EvalConfig, evaluate
+
+    config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
+                        run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
+                        jobs=jobs, tolerance=tolerance, cache_dir=cache_dir)
+    with _errors():
+        _check_format(output, ("table", "json"))
+        with _progress() as progress:
+            result = evaluate(config, progress=progress)
+    for u in result.unpaired:
+        err.print(f"[yellow]unpaired:[/] {u.candidate.origin}: {u.reason}", highlight=False)
+    for f in result.problem_failures:
+        err.print(f"[red]problem failed:[/] {f.message}", highlight=False)
+    _render_run(result, output)
+    if result.problem_failures:
+        raise typer.Exit(ExitCode.PROBLEM_FAILURES)
+
+
+def _render_run(result: Any, output: str) -> None:
+    from kbv.metrics import metrics_by_group
+    from kbv.report import metrics_table, verdict_table
+
+    metrics = metrics_by_group(result.verdicts)
+    if output == "json":
+        from dataclasses import asdict
+
+        payload = {"run": str(result.run_dir), "verdicts": [v.to_dict() for v in result.verdicts],
+                   "metrics": {p: {g: asdict(m) for g, m in gs.items()} for p, gs in metrics.items()}}
+        out.print_json(json.dumps(payload))
+        return
+    out.print(verdict_table(result.verdicts))
+    out.print(metrics_table(metrics))
+    out.print(f"run: {result.run_dir}  (evaluated {result.evaluated}, resumed {result.resumed}, "
+              f"unpaired {len(result.unpaired)})", highlight=False)
+
+
+@app.command("report")
+def report_command(
+    run: str = typer.Argument(..., help="A run directory written by `kbv eval`."),
+    output: str = typer.Option("table", "--format", help="table, json or jsonl."),
+) -> None:
+    """Show a run's verdicts and metrics."""
+    from kbv.api import load_report
+    from kbv.report import metrics_table, pass_at_k_table, verdict_table
+
+    with _errors():
+        _check_format(output, ("table", "json", "jsonl"))
+        report = load_report(run)
+    if output == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
+    elif output == "jsonl":
+        for v in report.verdicts:
+            sys.stdout.write(json.dumps(v.to_dict()) + "\n")
+    else:
+        out.print(verdict_table(report.verdicts))
+        out.print(metrics_table(report.metrics))
+        if report.pass_at_k:
+            out.print(pass_at_k_table(report.pass_at_k))
+
+
+@problems_app.command("list")
+def problems_list(spec: str = typer.Argument("smoke", help="A path or a suite (smoke, full).")) -> None:
+    """List problems with their level, id and content hash."""
+    from rich.table import Table
+
+    from kbv.problems import load_problems
+
+    with _errors():
+        problems = load_problems(spec)
+    table = Table(title=f"{len(problems)} problems in {spec}", title_justify="left")
+    for col in ("key", "level", "id", "hash", "origin"):
+        table.add_column(col)
+    for p in problems:
+        table.add_row(p.key, str(p.level or "-"), str(p.problem_id if p.problem_id is not None else "-"),
+                      p.hash[:12], p.origin)
+    out.print(table)
+
+
+def _check_format(value: str, allowed: tuple[str, ...]) -> None:
+    from kbv.errors import UsageError
+
+    if value not in allowed:
+        raise UsageError(f"Unknown format '{value}': expected {', '.join(allowed)}.")
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[int, int, Any], None] | None]:
+    """A progress bar on a terminal; nothing otherwise."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("evaluating", total=None)
+
+        def update(done: int, total: int, verdict: Any) -> None:
+            desc = f"{verdict.problem} {verdict.status.value}" if verdict is not None else "evaluating"
+            bar.update(task, completed=done, total=total, description=desc[:50])
+
+        yield update
+
+
+def main() -> None:
+    # The parent's idle OpenMP workers must sleep, not spin: on a small machine spinning threads
+    # steal the cores a child is being timed on (seen: a 10 us CPU kernel timed at 8 ms).
+    # Must precede the first torch import, which every command does lazily.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    app()
+
+
+if __name__ == "__main__":
+    main()

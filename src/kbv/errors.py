@@ -1,0 +1,64 @@
+"""Every exception kbv raises, in one tree.
+
+A bad candidate is data (a verdict), never an exception: these are raised only for bad *input*
+(problem files, candidate files, options) and for a broken harness.
+
+    KbvError                       base of all; the CLI prints its message and exits non-zero
+    ├── UsageError                 an option or argument that cannot be honoured
+    ├── ProblemError               a problem file that cannot be used (names the file)
+    │   ├── ProblemLoadError       syntax error, missing Model/get_inputs/get_init_inputs, import failure
+    │   └── ProblemRunError        get_inputs()/get_init_inputs()/Model(...) raised or returned junk
+    ├── CandidateSourceError       a candidate file/dir/JSONL that cannot be read or paired at all
+    ├── StoreError                 the results database is unreadable or belongs to another schema
+    └── HarnessError               kbv itself failed (never a candidate's fault)
+        └── SandboxError           a child process could not be started or spoke out of protocol
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class KbvError(Exception):
+    """Base class: a message fit to print as one line."""
+
+
+class UsageError(KbvError):
+    """An option or argument that cannot be honoured."""
+
+
+class ProblemError(KbvError):
+    """A problem that cannot be used; the message names its file."""
+
+
+class ProblemLoadError(ProblemError):
+    """The problem's source does not compile or lacks the three names of the contract."""
+
+
+class ProblemRunError(ProblemError):
+    """The problem's own code raised (get_inputs, get_init_inputs, Model construction or forward)."""
+
+
+class CandidateSourceError(KbvError):
+    """Candidate input that cannot be read at all (missing path, malformed JSONL, bad layout)."""
+
+
+class StoreError(KbvError):
+    """The results database cannot be opened or is of an incompatible schema."""
+
+
+class HarnessError(KbvError):
+    """kbv failed; a run never scores a candidate 0 because of this."""
+
+
+class SandboxError(HarnessError):
+    """A child process could not be started, or broke the wire protocol in a way kbv caused."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """' Did you mean X?' when a close match exists, else ''."""
+    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(close) + "?"

@@ -1,0 +1,46 @@
+"""Drawing inputs. The standard protocol draws them exactly as KernelBench does; the verified
+protocol's hidden distributions live in `kbv.distributions`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+
+def set_seed(seed: int) -> None:
+    """KernelBench's `set_seed`: the CPU and CUDA generators."""
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def rng_isolated() -> Iterator[None]:
+    """Restore the global RNG state afterwards (seeding for a problem must not leak)."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+def kernelbench_trial_seeds(seed: int, n: int) -> list[int]:
+    """KernelBench's per-trial seeds: `manual_seed(seed)`, then n draws of randint(0, 2**32 - 1)."""
+    with rng_isolated():
+        torch.manual_seed(seed)
+        return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(n)]
+
+
+def to_device(values: Sequence[Any], device: torch.device) -> list[Any]:
+    """Tensors moved to `device`; other values unchanged."""
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def flatten_outputs(result: Any) -> list[torch.Tensor]:
+    """A forward's result as a list of tensors (a tensor, or a tuple/list of tensors)."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)) and all(isinstance(r, torch.Tensor) for r in result):
+        return list(result)
+    raise TypeError(f"forward returned {type(result).__name__}, not a tensor or a tuple of tensors")

@@ -1,0 +1,131 @@
+"""Run metrics: pure functions of verdicts.
+
+- compile rate and correct rate over all counted pairs (skipped pairs are not counted);
+- fast_p (KernelBench's definition): the share of ALL counted pairs that passed AND whose speedup is
+  strictly greater than p; so fast_0 equals the correct rate;
+- geometric-mean speedup over passed pairs with a speedup, computed in log space (failures are
+  excluded, as in KernelBench; the count it averages over is reported beside it);
+- pass@k per problem with the unbiased estimator, where a problem has several samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from kbv.verdict import Category, Kind, KIND, Status, Verdict
+
+FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    pairs: int  # counted pairs (skipped ones excluded)
+    skipped: int
+    compiled: int
+    passed: int
+    compile_rate: float
+    correct_rate: float
+    fast_p: dict[str, float]
+    geomean_speedup: float | None
+    speedups_counted: int
+    statuses: dict[str, int] = field(default_factory=dict)
+    hacks: dict[str, int] = field(default_factory=dict)  # hack category -> number of verdicts
+    memory_raising_share: float | None = None  # passed pairs whose peak memory exceeds the baseline's
+
+
+def compute_metrics(verdicts: Sequence[Verdict]) -> Metrics:
+    counted = [v for v in verdicts if v.status.counted]
+    n = len(counted)
+    passed = [v for v in counted if v.status.passed]
+    speedups = [v.speedup for v in passed if v.speedup is not None and v.speedup > 0]
+    fast = {_p_label(p): (sum(1 for s in speedups if s > p) / n if n else 0.0) for p in FAST_P}
+    return Metrics(
+        pairs=n,
+        skipped=len(verdicts) - n,
+        compiled=sum(1 for v in counted if v.status.compiled),
+        passed=len(passed),
+        compile_rate=_ratio(sum(1 for v in counted if v.status.compiled), n),
+        correct_rate=_ratio(len(passed), n),
+        fast_p=fast,
+        geomean_speedup=geometric_mean(speedups),
+        speedups_counted=len(speedups),
+        statuses=dict(Counter(v.status.value for v in verdicts)),
+        hacks=dict(Counter(c.value for v in verdicts for c in v.categories if KIND[c] is Kind.HACK)),
+        memory_raising_share=_memory_raising_share(passed),
+    )
+
+
+def metrics_by_group(verdicts: Sequence[Verdict]) -> dict[str, dict[str, Metrics]]:
+    """{protocol: {"all": Metrics, "L1": Metrics, ...}}."""
+    out: dict[str, dict[str, Metrics]] = {}
+    by_protocol: dict[str, list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        by_protocol[v.protocol].append(v)
+    for protocol, group in by_protocol.items():
+        levels: dict[str, list[Verdict]] = defaultdict(list)
+        for v in group:
+            levels[f"L{v.level}" if v.level is not None else "L?"].append(v)
+        out[protocol] = {"all": compute_metrics(group)}
+        out[protocol].update({k: compute_metrics(levels[k]) for k in sorted(levels)})
+    return out
+
+
+def geometric_mean(values: Iterable[float]) -> float | None:
+    """exp(mean(log x)) over positive finite values; None for none."""
+    logs = [math.log(x) for x in values if x > 0 and math.isfinite(x)]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k: 1 - C(n-c, k) / C(n, k), in the numerically stable product form."""
+    if k <= 0 or n <= 0:
+        raise ValueError("pass@k needs n >= 1 and k >= 1")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def pass_at_k_by_model(verdicts: Sequence[Verdict], ks: Sequence[int] = (1, 5, 10)) -> dict[str, dict[str, float]]:
+    """{protocol/model: {"pass@k": mean over problems}} for models with several samples a problem."""
+    groups: dict[tuple[str, str], dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for v in verdicts:
+        if v.status.counted and v.model is not None:
+            groups[(v.protocol, v.model)][v.problem].append(v.status.passed)
+    out: dict[str, dict[str, float]] = {}
+    for (protocol, model), problems in sorted(groups.items()):
+        n_min = min(len(s) for s in problems.values())
+        if n_min < 2:
+            continue
+        row = {}
+        for k in ks:
+            if k <= n_min:
+                vals = [pass_at_k(len(s), sum(s), k) for s in problems.values()]
+                row[f"pass@{k}"] = sum(vals) / len(vals)
+        out[f"{protocol}/{model}"] = row
+    return out
+
+
+def _memory_raising_share(passed: Sequence[Verdict]) -> float | None:
+    measured = [v for v in passed if v.memory is not None and v.baseline_memory is not None]
+    if not measured:
+        return None
+    raising = [v for v in measured if v.memory.peak_bytes > max(v.baseline_memory.peak_bytes, 0) * 1.1 + (1 << 20)]
+    return len(raising) / len(measured)
+
+
+def _ratio(a: int, b: int) -> float:
+    return a / b if b else 0.0
+
+
+def _p_label(p: float) -> str:
+    return f"fast_{p:g}"
+
+
+def hack_counts(verdicts: Sequence[Verdict]) -> dict[Category, int]:
+    return dict(Counter(c for v in verdicts for c in v.categories if KIND[c] is Kind.HACK))

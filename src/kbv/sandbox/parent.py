@@ -1,0 +1,230 @@
+"""Parent side of the trust boundary: start a child, talk to it, kill it.
+
+A `Sandbox` is one spawned child process (`python -m kbv.sandbox.child`) in its own process group,
+working directory and scrubbed environment. `call` sends a command and waits for the reply under a
+wall-clock deadline; a child that dies, hangs or breaks the protocol surfaces as `ChildFailure` with
+the status it deserves and the tail of its stderr. The child's stdout and stderr are drained by
+threads and only their tails are kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kbv.errors import SandboxError
+from kbv.sandbox.wire import WireClosed, WireTimeout, decode_reply, read_frame, send_command
+from kbv.verdict import Status
+
+TAIL_BYTES = 16 * 1024
+
+# Variables a child may inherit. Everything else (API keys, seeds, user settings) is dropped.
+_INHERITED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CC", "CXX",
+              "PYTHONPATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TRITON_PTXAS_PATH")
+_INHERITED_PREFIXES = ("NCCL_", "NVSHMEM_", "TORCH_SYMM_MEM_")
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """Where and how a child runs."""
+
+    work_dir: Path  # cwd, HOME and TMPDIR of the child
+    build_dir: Path  # TORCH_EXTENSIONS_DIR and TRITON_CACHE_DIR live here
+    device: str  # "cpu" or "cuda:N" as the child sees it
+    visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for the child
+    cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST (builds on CPU workers need it)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def child_env(spec: ChildSpec) -> dict[str, str]:
+    """The scrubbed environment of a child."""
+    env = {k: v for k, v in os.environ.items() if k in _INHERITED or k.startswith(_INHERITED_PREFIXES)}
+    # kbv itself must import in the child even when run from a source tree (PYTHONPATH=src)
+    paths = [str(Path(__file__).resolve().parents[2])]
+    paths += [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    tmp = spec.work_dir / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env.update({
+        "HOME": str(spec.work_dir),
+        "TMPDIR": str(tmp),
+        "TORCH_EXTENSIONS_DIR": str(spec.build_dir / "torch_extensions"),
+        "TRITON_CACHE_DIR": str(spec.build_dir / "triton"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "KBV_DEVICE": spec.device,
+    })
+    if spec.device == "cpu":
+        env["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through its interpreter
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif spec.visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
+    if spec.cuda_arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = spec.cuda_arch_list
+    env.update(spec.extra_env)
+    return env
+
+
+class ChildFailure(Exception):
+    """The child cannot answer: it crashed, timed out, or reported a failure of the candidate."""
+
+    def __init__(self, status: Status, message: str, evidence: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.evidence = evidence
+
+
+class _Tail:
+    """Keeps the last bytes of a stream, drained by a daemon thread."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self.total = 0
+        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, stream: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            for chunk in iter(lambda: stream.read1(65536), b""):
+                with self._lock:
+                    self.total += len(chunk)
+                    self._buf += chunk
+                    del self._buf[:-TAIL_BYTES]
+
+    def text(self, wait_s: float = 0.0) -> str:
+        if wait_s:
+            self._thread.join(wait_s)
+        with self._lock:
+            return self._buf.decode("utf-8", errors="replace")
+
+
+class Sandbox:
+    """One child process. Use as a context manager; `close` always kills the process group."""
+
+    def __init__(self, spec: ChildSpec, label: str = "") -> None:
+        self.spec = spec
+        self.label = label
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._cmd_w = -1
+        self._res_r = -1
+
+    def start(self) -> None:
+        self.spec.work_dir.mkdir(parents=True, exist_ok=True)
+        self.spec.build_dir.mkdir(parents=True, exist_ok=True)
+        cmd_r, cmd_w = os.pipe()
+        res_r, res_w = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w)],
+                pass_fds=(cmd_r, res_w), cwd=self.spec.work_dir, env=child_env(self.spec),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"cannot start a sandbox child: {exc}") from exc
+        finally:
+            os.close(cmd_r)
+            os.close(res_w)
+        self._cmd_w, self._res_r = cmd_w, res_r
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.stdout = _Tail(self.proc.stdout)
+        self.stderr = _Tail(self.proc.stderr)
+        self.started_at = time.monotonic()
+
+    def call(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error)."""
+        if self.proc is None:
+            raise SandboxError("sandbox not started")
+        deadline = time.monotonic() + timeout_s
+        try:
+            send_command(self._cmd_w, command)
+            reply = decode_reply(read_frame(self._res_r, deadline))
+        except WireTimeout:
+            self.kill()
+            raise ChildFailure(Status.TIMEOUT, f"no answer within {timeout_s:.0f} s ({command['op']})",
+                               self.evidence()) from None
+        except (WireClosed, BrokenPipeError, ValueError) as exc:
+            raise self._death(command["op"], exc) from None
+        if "error" in reply:
+            raise self._candidate_error(reply["error"], command["op"])
+        if not reply.get("ok"):
+            raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']}", self.evidence())
+        return reply
+
+    def _death(self, op: str, exc: BaseException) -> ChildFailure:
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return ChildFailure(Status.CRASHED, f"the child broke the protocol during {op}: {exc}", self.evidence())
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+            msg = f"killed by {name} during {op}"
+        else:
+            msg = f"exited with code {code} during {op}, before answering"
+        return ChildFailure(Status.CRASHED, msg, self.evidence(returncode=code))
+
+    def _candidate_error(self, err: dict[str, Any], op: str) -> ChildFailure:
+        kind = err.get("kind")
+        status = {"compile": Status.COMPILE_ERROR, "cuda": Status.CUDA_ERROR}.get(kind, Status.RUNTIME_ERROR)
+        if kind == "harness":
+            raise SandboxError(f"child rejected command {op}: {err.get('message')}")
+        message = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
+        evidence = self.evidence()
+        evidence["traceback"] = str(err.get("traceback", ""))[-8000:]
+        if status is Status.CUDA_ERROR:
+            self.kill()  # a child is never reused after a device error
+        return ChildFailure(status, f"{message.splitlines()[0][:300] if message else kind} (during {op})", evidence)
+
+    def evidence(self, returncode: int | None = None) -> dict[str, Any]:
+        ev: dict[str, Any] = {
+            "stderr_tail": self.stderr.text(wait_s=0.5 if returncode is not None else 0.0)[-4000:],
+            "stdout_tail": self.stdout.text()[-2000:],
+            "stdout_bytes": self.stdout.total,
+        }
+        if returncode is not None:
+            ev["returncode"] = returncode
+        return ev
+
+    def kill(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Ask the child to exit, then kill its whole process group regardless."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                send_command(self._cmd_w, {"op": "exit"})
+                read_frame(self._res_r, time.monotonic() + 2.0)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        for fd in (self._cmd_w, self._res_r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._cmd_w = self._res_r = -1
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,186 @@
+"""The wire between parent and child: frames, and tensors shared without copying through a pipe.
+
+Frames are an 8-byte big-endian length and a payload. Commands (parent -> child) are pickled: the
+child trusts its parent. Replies (child -> parent) are JSON only: the parent never unpickles what
+untrusted code could have written.
+
+Tensors cross through shared memory owned by the parent: files in a private directory under
+/dev/shm, mapped by both processes. The parent writes input copies and allocates output buffers; the
+child maps them (and copies to its device), runs, and writes its outputs into the buffers. Nothing
+the child owns is ever read back as an object. On a GPU this stages through host memory: the child
+owns its device copies outright, so nothing of the parent's device memory is ever mapped into it.
+# TODO: CUDA IPC would avoid the host round trip for multi-GB inputs; it needs parent-side
+# reference counting that survives a killed child, which torch's IPC does not give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import select
+import struct
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_HEADER = struct.Struct(">Q")
+MAX_REPLY_BYTES = 64 << 20
+
+
+class WireClosed(Exception):
+    """The other end closed its pipe."""
+
+
+class WireTimeout(Exception):
+    """No complete frame before the deadline."""
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    data = _HEADER.pack(len(payload)) + payload
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def read_frame(fd: int, deadline: float | None = None, limit: int = MAX_REPLY_BYTES) -> bytes:
+    """Read one frame; raise WireClosed on EOF, WireTimeout past `deadline` (time.monotonic)."""
+    header = _read_exact(fd, _HEADER.size, deadline)
+    (size,) = _HEADER.unpack(header)
+    if size > limit:
+        raise WireClosed(f"frame of {size} bytes exceeds the {limit}-byte limit")
+    return _read_exact(fd, size, deadline)
+
+
+def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WireTimeout()
+            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
+        chunk = os.read(fd, min(size - len(chunks), 1 << 20))
+        if not chunk:
+            raise WireClosed("pipe closed")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def send_command(fd: int, command: dict[str, Any]) -> None:
+    write_frame(fd, pickle.dumps(command, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def send_reply(fd: int, reply: dict[str, Any]) -> None:
+    write_frame(fd, json.dumps(reply, default=_json_default).encode())
+
+
+def decode_reply(payload: bytes) -> dict[str, Any]:
+    reply = json.loads(payload.decode("utf-8", errors="replace"))
+    if not isinstance(reply, dict):
+        raise WireClosed("reply is not an object")
+    return reply
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return repr(obj)
+    return str(obj)
+
+
+@dataclass(frozen=True)
+class TensorHandle:
+    """What the child needs to map one parent-owned tensor."""
+
+    dtype: str  # "float32", ...
+    shape: tuple[int, ...]
+    path: str  # the shared file
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name}")
+    return dtype
+
+
+class SharedArena:
+    """Parent side: allocates host tensors the child can map, and removes them all at once."""
+
+    def __init__(self) -> None:
+        self._files: list[Path] = []
+        self._dir = Path(tempfile.mkdtemp(prefix="kbv-shm-", dir=_shm_base()))
+
+    def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
+        """A contiguous shareable tensor (uninitialised) and its handle."""
+        return self._empty_shm(tuple(int(s) for s in shape), dtype)
+
+    def share(self, tensor: torch.Tensor) -> tuple[torch.Tensor, TensorHandle]:
+        """A shareable copy of `tensor` (same values, contiguous) and its handle."""
+        copy, handle = self.empty(tensor.shape, tensor.dtype)
+        copy.copy_(tensor.detach())
+        return copy, handle
+
+    def _empty_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
+        numel = 1
+        for s in shape:
+            numel *= s
+        nbytes = max(numel * torch.empty((), dtype=dtype).element_size(), 1)
+        path = self._dir / uuid.uuid4().hex
+        raw = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+        self._files.append(path)
+        tensor = raw.view(dtype).view(shape) if numel else torch.empty(shape, dtype=dtype)
+        handle = TensorHandle(dtype_name(dtype), shape, str(path))
+        return tensor, handle
+
+    def close(self) -> None:
+        """Remove the files (a child may still hold mappings: that is fine)."""
+        for path in self._files:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        self._files.clear()
+        with contextlib.suppress(OSError):
+            self._dir.rmdir()
+
+    def __enter__(self) -> SharedArena:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _shm_base(min_free_bytes: int = 4 << 30) -> str | None:
+    """/dev/shm when it has room (containers often cap it at 64 MiB), else the temp directory."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    if not os.access("/dev/shm", os.W_OK) or st.f_bavail * st.f_frsize < min_free_bytes:
+        return None
+    return "/dev/shm"
+
+
+def map_tensor(handle: TensorHandle) -> torch.Tensor:
+    """Child side: the parent's tensor, mapped into this process."""
+    dtype = dtype_from_name(handle.dtype)
+    numel = 1
+    for s in handle.shape:
+        numel *= s
+    if numel == 0:
+        return torch.empty(handle.shape, dtype=dtype)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    raw = torch.from_file(handle.path, shared=True, size=nbytes, dtype=torch.uint8)
+    return raw.view(dtype).view(handle.shape)

@@ -1,0 +1,83 @@
+"""Resolved settings of one run: the device, the directories and the limits every stage shares."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kbv.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str  # "cpu" or "cuda:N" (in the parent's numbering)
+    run_dir: Path
+    cache_dir: Path  # builds shared across runs, keyed by content hash
+    timeout_s: float = 300.0  # wall clock for one pair's evaluation
+    build_timeout_s: float = 900.0  # wall clock for one candidate's build
+    jobs: int = 2  # parallel builds
+    cuda_arch_list: str | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device_type(self) -> str:
+        return "cuda" if self.device.startswith("cuda") else "cpu"
+
+    @property
+    def visible_devices(self) -> str | None:
+        """CUDA_VISIBLE_DEVICES for children: the one physical GPU the parent uses."""
+        if self.device_type != "cuda":
+            return None
+        index = int(self.device.split(":")[1]) if ":" in self.device else 0
+        parent_visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if parent_visible:
+            ids = [v.strip() for v in parent_visible.split(",") if v.strip()]
+            if index < len(ids):
+                return ids[index]
+        return str(index)
+
+    @property
+    def child_device(self) -> str:
+        """The device as a child sees it (one visible GPU: always cuda:0)."""
+        return "cuda:0" if self.device_type == "cuda" else "cpu"
+
+    def work_dir(self, label: str) -> Path:
+        return self.run_dir / "work" / label
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("KBV_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kbv"
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' -> 'cuda:0' when a GPU is present, else 'cpu'. Raises UsageError for an unusable device."""
+    import torch
+
+    requested = requested.strip().lower()
+    if requested == "auto":
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if requested == "cpu":
+        return "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available here (use --device cpu or auto).")
+        index = int(requested.split(":")[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--device {requested}: only {torch.cuda.device_count()} CUDA device(s) here.")
+        return f"cuda:{index}"
+    raise UsageError(f"Unknown device '{requested}': expected auto, cpu, cuda or cuda:N.")
+
+
+def cuda_arch_list(device: str) -> str | None:
+    """TORCH_CUDA_ARCH_LIST for builds: the target GPU's compute capability (builds run on CPU workers)."""
+    if not device.startswith("cuda"):
+        return os.environ.get("TORCH_CUDA_ARCH_LIST")
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(torch.device(device))
+    return os.environ.get("TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")

@@ -1,0 +1,103 @@
+"""Timers. They run inside a sandbox child (candidate or baseline alike), on primitives bound
+before any candidate code is imported.
+
+`time_kernelbench` is KernelBench's `cuda_event` timer: a few warm-up calls (synchronised each), then
+for every trial a fresh event pair around one call, with an L2 flush (a 256 MiB fill) just before the
+start event and a device synchronise after the end event; the first trial is discarded. On CPU the
+same loop runs on a host clock (no flush).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+KERNELBENCH_FLUSH_BYTES = 256 << 20
+
+
+class Clock:
+    """Timing primitives, bound at construction: later monkey-patching does not reach them."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.perf_counter = time.perf_counter
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.Event = torch.cuda.Event
+            self.synchronize = torch.cuda.synchronize
+            self.record = torch.cuda.Event.record
+            self.elapsed_time = torch.cuda.Event.elapsed_time
+        self._bound = self._current()
+
+    def _current(self) -> dict[str, Any]:
+        cur: dict[str, Any] = {"time.perf_counter": time.perf_counter}
+        if self.cuda:
+            cur.update({
+                "torch.cuda.Event": torch.cuda.Event,
+                "torch.cuda.synchronize": torch.cuda.synchronize,
+                "torch.cuda.Event.record": torch.cuda.Event.record,
+                "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+            })
+        return cur
+
+    def tampered(self) -> list[str]:
+        """Names of timing primitives that are no longer the objects bound at construction."""
+        now = self._current()
+        return [k for k, v in self._bound.items() if now.get(k) is not v]
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.synchronize()
+
+
+@dataclass(frozen=True)
+class StandardTimerConfig:
+    """KernelBench's timing parameters (scripts' values)."""
+
+    warmup: int = 3
+    trials: int = 100
+    discard_first: int = 1
+    flush_bytes: int = KERNELBENCH_FLUSH_BYTES
+
+
+def time_kernelbench(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
+                     config: StandardTimerConfig) -> list[float]:
+    """Per-call times in ms, KernelBench-style (see module docstring)."""
+    for _ in range(config.warmup):
+        fn(*args)
+        clock.sync()
+    if clock.cuda:
+        return _time_cuda_events(clock, fn, args, config)
+    return _time_host(clock, fn, args, config)
+
+
+def _time_cuda_events(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
+                      config: StandardTimerConfig) -> list[float]:
+    torch.cuda.empty_cache()
+    flush = torch.empty(config.flush_bytes // 8, dtype=torch.int64, device=clock.device)
+    samples = []
+    for _ in range(config.trials + config.discard_first):
+        clock.synchronize()
+        start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
+        flush.fill_(42)
+        clock.record(start)
+        fn(*args)
+        clock.record(end)
+        clock.synchronize()
+        samples.append(float(clock.elapsed_time(start, end)))
+    del flush
+    return samples[config.discard_first:]
+
+
+def _time_host(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
+               config: StandardTimerConfig) -> list[float]:
+    samples = []
+    for _ in range(config.trials + config.discard_first):
+        t0 = clock.perf_counter()
+        fn(*args)
+        samples.append((clock.perf_counter() - t0) * 1e3)
+    return samples[config.discard_first:]
