@@ -10,6 +10,7 @@ The CLI is a thin layer over these two functions.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable
@@ -45,6 +46,10 @@ class EvalConfig:
     jobs: int = 0  # parallel builds; 0 = one per CPU core, at most 8
     tolerance: float = 1e-2  # the standard protocol's atol = rtol
     cache_dir: str | None = None  # builds; default $KBV_CACHE_DIR or ~/.cache/kbv
+    precision: str = "tf32"  # the verified baseline's float32 policy: tf32 | fp32
+    baselines: tuple[str, ...] = ("eager-tf32",)  # timed under the verified protocol
+    trials: int = 2  # verified trials per distribution
+    ci_target: float = 0.01  # verified timer: relative CI half-width to reach
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,34 @@ def _runners(config: EvalConfig, settings: Settings, store: Store) -> dict[str, 
     runners: dict[str, Any] = {
         "standard": StandardRunner(StandardProtocol(tolerance=config.tolerance), settings, store, fingerprint)}
     if "verified" in _protocols(config.protocol):
-        raise UsageError("The verified protocol is not available in this version of kbv yet; use --protocol standard.")
+        runners["verified"] = _verified_runner(config, settings)
     return runners
+
+
+def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
+    from kbv.speed import TimerConfig
+    from kbv.stats import StopRule
+    from kbv.verified import VerifiedProtocol
+    from kbv.verified_runner import BASELINES, VerifiedRunner
+
+    if config.precision not in ("tf32", "fp32"):
+        raise UsageError(f"Unknown precision '{config.precision}': expected tf32 or fp32.")
+    baselines = tuple(dict.fromkeys(config.baselines))
+    unknown = [b for b in baselines if b not in BASELINES]
+    if unknown or not baselines:
+        raise UsageError(f"Unknown baseline(s) {', '.join(unknown) or '(none)'}: expected {', '.join(BASELINES)}.")
+    primary = f"eager-{config.precision}"
+    if primary not in baselines:
+        baselines = (primary,) + baselines
+    if config.trials < 1 or not 0 < config.ci_target < 1:
+        raise UsageError("--trials must be >= 1 and --ci-target between 0 and 1.")
+    protocol = VerifiedProtocol(trials_per_distribution=config.trials, precision=config.precision)
+    timer = TimerConfig(stop=StopRule(target=config.ci_target))
+    secret = config.seed.to_bytes(16, "big", signed=True) if config.seed is not None else os.urandom(32)
+    settings.provenance["verified_secret_sha256"] = hashlib.sha256(secret).hexdigest()[:16]
+    if config.seed is not None:
+        settings.provenance["verified_seed"] = config.seed
+    return VerifiedRunner(protocol, timer, baselines, settings, secret)
 
 
 def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str, Any], settings: Settings,
@@ -173,9 +204,15 @@ def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str
         for protocol in protocols:
             c = pair.candidate
             key = pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
-                           runners[protocol].protocol.fingerprint(), device_fp)
+                           _rules_fingerprint(runners[protocol]), device_fp)
             (resumed.append(key) if key in done else jobs.append(Job(pair, protocol, key)))
     return jobs, resumed
+
+
+def _rules_fingerprint(runner: Any) -> str:
+    """The protocol's rules plus, for the verified protocol, its timer and baselines."""
+    extra = f"{getattr(runner, 'timer', '')}{getattr(runner, 'baseline_names', '')}"
+    return runner.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8]
 
 
 def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: ProgressFn | None,
@@ -198,3 +235,27 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
         if progress:
             progress(done, total, verdict)
     return stored, failures
+
+
+def check_problems(spec: str, device: str = "auto", seed: int | None = None,
+                   trials: int = 2, precision: str = "tf32") -> list[Any]:
+    """`SoundnessReport` of every problem in `spec` (the battery of `kbv.soundness`), in order.
+    A problem whose own code fails yields a report flagged with the failure."""
+    import torch
+
+    from kbv.soundness import SoundnessReport, check_problem
+    from kbv.verified import VerifiedProtocol, prepare_verified
+
+    dev = torch.device(resolve_device(device))
+    protocol = VerifiedProtocol(trials_per_distribution=max(2, trials), precision=precision)
+    secret = seed.to_bytes(16, "big", signed=True) if seed is not None else os.urandom(32)
+    reports = []
+    for problem in load_problems(spec):
+        try:
+            ctx = prepare_verified(problem, protocol, dev, secret, sound_check=False)
+        except ProblemError as exc:
+            reports.append(SoundnessReport(problem.key, {}, {}, (f"cannot run: {exc}",)))
+            continue
+        reports.append(check_problem(ctx, protocol))
+        del ctx
+    return reports

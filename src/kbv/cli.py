@@ -67,6 +67,10 @@ def eval_command(
     jobs: int = typer.Option(0, help="Parallel builds (0: one per core, at most 8)."),
     tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol (KernelBench v0.1: 1e-2; HEAD: 1e-4)."),
     cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached across runs (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
+    precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 (realistic) or fp32 (strict)."),
+    baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
+    trials: int = typer.Option(2, help="Verified trials per hidden distribution."),
+    ci_target: float = typer.Option(0.01, help="Verified timer: stop when each median's CI half-width is below this."),
     output: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Evaluate candidates against their problems."""
@@ -74,7 +78,9 @@ def eval_command(
 
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
                         run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
-                        jobs=jobs, tolerance=tolerance, cache_dir=cache_dir)
+                        jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
+                        baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
+                        trials=trials, ci_target=ci_target)
     with _errors():
         _check_format(output, ("table", "json"))
         with _progress() as progress:
@@ -145,6 +151,32 @@ def problems_list(spec: str = typer.Argument("smoke", help="A path or a suite (s
     for p in problems:
         table.add_row(p.key, str(p.level or "-"), str(p.problem_id if p.problem_id is not None else "-"),
                       p.hash[:12], p.origin)
+    out.print(table)
+
+
+@problems_app.command("check")
+def problems_check(
+    spec: str = typer.Argument("smoke", help="A path or a suite (smoke, full)."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    seed: Optional[int] = typer.Option(None, help="Fix the secret seed (default: random)."),
+    all_rows: bool = typer.Option(False, "--all", help="List sound problems too."),
+) -> None:
+    """Screen problems: trivial candidates, input sensitivity, determinism, per hidden distribution."""
+    from rich.table import Table
+
+    from kbv.api import check_problems
+
+    with _errors():
+        reports = check_problems(spec, device=device, seed=seed)
+    unsound = [r for r in reports if not r.sound]
+    table = Table(title=f"{len(unsound)} of {len(reports)} problems unsound", title_justify="left")
+    for col in ("problem", "distributions", "flags", "notes"):
+        table.add_column(col, overflow="fold")
+    for r in reports:
+        if r.sound and not all_rows:
+            continue
+        dists = ", ".join(f"{d}={v or 'n/a'}" for d, v in r.calibration.items())
+        table.add_row(r.problem, dists, "; ".join(r.flags) or "[green]sound[/]", "; ".join(r.notes))
     out.print(table)
 
 

@@ -57,3 +57,63 @@ def _nan_inf_differ(reference: torch.Tensor, output: torch.Tensor) -> bool:
         return False
     return bool((torch.isnan(reference) != torch.isnan(output)).any()
                 or (torch.isinf(reference) != torch.isinf(output)).any())
+
+
+# -- the verified protocol's comparison --------------------------------------------------------
+
+FP32_EPS = float(torch.finfo(torch.float32).eps)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Acceptance: error <= factor * (the TF32 baseline's own error) + floor, in both measures.
+
+    Floors are in fp32 ulps of the output's scale. The normwise floor admits any honest fp32
+    evaluation order (a sequential sum of 4096 terms errs by ~40 ulps); the elementwise floor is
+    looser because one element can sit near cancellation.
+    """
+
+    factor: float = 4.0
+    floor_norm_ulps: float = 64.0
+    floor_elem_ulps: float = 512.0
+
+
+@dataclass(frozen=True)
+class ErrorMeasure:
+    """Scale-invariant errors of an output against float64 truth."""
+
+    norm: float  # ||out - truth|| / ||truth||
+    elem: float  # max |out - truth| / (|truth| + rms(truth))
+    nan_inf_match: bool  # NaN / +inf / -inf masks identical to the truth's
+
+    @property
+    def worst(self) -> float:
+        return max(self.norm, self.elem)
+
+
+def measure_error(truth: torch.Tensor, output: torch.Tensor) -> ErrorMeasure:
+    """Errors of `output` against `truth` (float64), over the elements finite in both."""
+    t = truth.detach().to(torch.float64)
+    o = output.detach().to(device=t.device, dtype=torch.float64)
+    match = bool(torch.equal(torch.isnan(t), torch.isnan(o)) and torch.equal(t == float("inf"), o == float("inf"))
+                 and torch.equal(t == float("-inf"), o == float("-inf")))
+    finite = torch.isfinite(t) & torch.isfinite(o)
+    t, o = t[finite], o[finite]
+    if t.numel() == 0:
+        return ErrorMeasure(0.0, 0.0, match)
+    diff = (o - t).abs()
+    rms = float(t.square().mean().sqrt())
+    scale = max(rms, torch.finfo(torch.float64).tiny)
+    norm = float(diff.square().sum().sqrt()) / (scale * (t.numel() ** 0.5))
+    elem = float((diff / (t.abs() + scale)).max())
+    return ErrorMeasure(norm, elem, match)
+
+
+def allowed_error(baseline: ErrorMeasure, tol: Tolerance) -> ErrorMeasure:
+    """The largest errors a candidate may show, given the baseline's own on the same inputs."""
+    return ErrorMeasure(tol.factor * baseline.norm + tol.floor_norm_ulps * FP32_EPS,
+                        tol.factor * baseline.elem + tol.floor_elem_ulps * FP32_EPS, True)
+
+
+def within(candidate: ErrorMeasure, allowed: ErrorMeasure) -> bool:
+    return candidate.nan_inf_match and candidate.norm <= allowed.norm and candidate.elem <= allowed.elem

@@ -82,3 +82,31 @@ def _driver_version() -> str | None:
         if out.returncode == 0 and out.stdout.strip():
             return out.stdout.strip().splitlines()[0]
     return None
+
+
+def device_state(device: str) -> dict[str, Any]:
+    """Clocks, temperature, power and other processes on the GPU now (NVML); {} on CPU or without NVML."""
+    if not device.startswith("cuda"):
+        return {}
+    with contextlib.suppress(Exception):
+        import os
+
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            index = int(device.split(":")[1]) if ":" in device else 0
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            return {
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+                "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+                "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                "processes": len(procs),
+                "other_processes": sum(1 for p in procs if p.pid != os.getpid()),
+            }
+        finally:
+            pynvml.nvmlShutdown()
+    return {}

@@ -101,3 +101,58 @@ def _time_host(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
         fn(*args)
         samples.append((clock.perf_counter() - t0) * 1e3)
     return samples[config.discard_first:]
+
+
+# -- the verified protocol's timer (child side) -------------------------------------------------
+
+@dataclass(frozen=True)
+class BlockResult:
+    device_ms: list[float]  # CUDA-event time per call (host time on CPU)
+    host_ms: list[float]  # host wall time per call, flush excluded
+
+
+def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], min_ms: float,
+            min_calls: int = 3, max_calls: int = 10_000) -> int:
+    """Call `fn` over the pool until `min_ms` of wall time and `min_calls` calls have passed (the first
+    call, which compiles and autotunes, counts as a call but its time does not)."""
+    fn(*pool[0])
+    clock.sync()
+    t0 = clock.perf_counter()
+    calls = 1
+    while calls < max_calls and (calls < min_calls or (clock.perf_counter() - t0) * 1e3 < min_ms):
+        fn(*pool[calls % len(pool)])
+        clock.sync()
+        calls += 1
+    return calls
+
+
+def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], start: int, n: int,
+               flush: torch.Tensor | None, on_output: Callable[[int, Any], None] | None = None) -> BlockResult:
+    """Time `n` calls on pool entries start, start+1, ... Each call: synchronise, flush L2 (outside the
+    window), start event, call, DEVICE-WIDE synchronise (work on any stream counts), end event."""
+    device_ms, host_ms = [], []
+    for i in range(n):
+        args = pool[(start + i) % len(pool)]
+        clock.sync()
+        if flush is not None:
+            flush.zero_()
+            clock.sync()
+        if clock.cuda:
+            begin, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
+            t0 = clock.perf_counter()
+            clock.record(begin)
+            out = fn(*args)
+            clock.synchronize()
+            clock.record(end)
+            clock.synchronize()
+            host_ms.append((clock.perf_counter() - t0) * 1e3)
+            device_ms.append(float(clock.elapsed_time(begin, end)))
+        else:
+            t0 = clock.perf_counter()
+            out = fn(*args)
+            host_ms.append((clock.perf_counter() - t0) * 1e3)
+            device_ms.append(host_ms[-1])
+        if on_output is not None:
+            on_output(i, out)
+        del out
+    return BlockResult(device_ms, host_ms)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,10 @@ def config(problem_dir: Path, tmp_path: Path, **changes) -> GenerateConfig:
     return dataclasses.replace(base, **changes)
 
 
-def fake_from_server_script(body_fn):
-    """A FakeChatClient answering like the loopback server's scripted functions (same request shape)."""
-    return FakeChatClient(lambda req: body_fn({"messages": [{"role": m.role, "content": m.content}
-                                                             for m in req.messages]}))
+def honest_fake() -> FakeChatClient:
+    """A fake that answers every problem with its own Model renamed ModelNew (correct, pure PyTorch)."""
+    return FakeChatClient(lambda req: Reply(text=honest_reply({"messages": [{"content": req.messages[-1].content}]}),
+                                            usage=Usage(100, 50)))
 
 
 def lines(path: Path) -> list[dict]:
@@ -39,10 +38,11 @@ def lines(path: Path) -> list[dict]:
 
 
 def test_statuses_files_and_jsonl(problem_dir, tmp_path):
+    honest = honest_fake()
+
     def respond(req):  # 1_Double gets good code, 2_AddBias prose
         if "x * 2" in req.messages[0].content:
-            text = honest_reply({"messages": [{"content": req.messages[0].content}]})
-            return Reply(text=text, usage=Usage(100, 50), finish_reason="stop")
+            return honest.complete(req)
         return Reply(text=PROSE, usage=Usage(90, 20), finish_reason="stop")
 
     summary = generate(config(problem_dir, tmp_path), client=FakeChatClient(respond))
@@ -65,20 +65,13 @@ def test_statuses_files_and_jsonl(problem_dir, tmp_path):
 
 
 def test_outputs_pair_with_problems(problem_dir, tmp_path):
-    summary = generate(config(problem_dir, tmp_path, samples=2), client=fake_from_server_script(honest_reply))
+    summary = generate(config(problem_dir, tmp_path, samples=2), client=honest_fake())
     problems = load_problems(str(problem_dir))
     for where in (summary.jsonl_path, summary.out_dir):  # the JSONL and the KernelBench layout both pair
-        pairing = load_candidates(where, problems) if where.suffix else _layout_only(where, problems)
+        pairing = load_candidates(where, problems)
         assert not pairing.unpaired and len(pairing.pairs) == 4
+        assert sorted(p.candidate.sample for p in pairing.pairs) == [0, 0, 1, 1]
         assert not any(p.candidate.no_code for p in pairing.pairs)
-
-
-def _layout_only(out_dir: Path, problems):
-    layout = out_dir.parent / "layout"
-    layout.mkdir()
-    for f in out_dir.glob("*.py"):
-        (layout / f.name).write_text(f.read_text())
-    return load_candidates(layout, problems)
 
 
 def test_failed_request_is_recorded_not_dropped(problem_dir, tmp_path):
@@ -101,8 +94,7 @@ def test_failures_are_not_cached(problem_dir, tmp_path):
 
 def test_rerun_costs_no_request_and_does_not_duplicate(problem_dir, tmp_path):
     cfg = config(problem_dir, tmp_path, samples=3)
-    first = FakeChatClient(lambda r: Reply(text=honest_reply({"messages": [{"content": r.messages[0].content}]}),
-                                           usage=Usage(10, 5)))
+    first = honest_fake()
     generate(cfg, client=first)
     before = lines(tmp_path / "out" / "generations.jsonl")
     second = FakeChatClient(PROSE)
@@ -162,8 +154,7 @@ def test_progress_is_reported(problem_dir, tmp_path):
 
 def test_prompts_carry_the_problem(problem_dir, tmp_path):
     client = FakeChatClient(PROSE)
-    generate(config(problem_dir, tmp_path, max_retries=None) if False else config(problem_dir, tmp_path),
-             client=client)
+    generate(config(problem_dir, tmp_path), client=client)
     prompts = sorted(c.messages[0].content for c in client.calls)
     assert any("x * 2" in p for p in prompts) and any("x + self.bias" in p for p in prompts)
     assert all(c.messages[0].role == "user" and len(c.messages) == 1 for c in client.calls)

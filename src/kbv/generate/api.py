@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from kbv.errors import UsageError
-from kbv.generate.cache import ResponseCache, cache_key, default_cache_dir
+from kbv.generate.cache import ResponseCache, cache_key
 from kbv.generate.client import (ChatClient, ChatError, ChatRequest, Message, OpenAIChatClient, Outcome, Reply,
                                  RetryPolicy, Usage, complete_with_retries)
 from kbv.generate.extract import extract_model_new, normalise_newlines
 from kbv.generate.prompts import Backend, PromptTemplate, load_template, prompt_hash, render_prompt
 from kbv.problems import Problem, load_problems
+from kbv.settings import default_cache_dir
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
@@ -85,7 +86,7 @@ class GenerateConfig:
     request_timeout_s: float = 600.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     use_cache: bool = True
-    cache_dir: Path | None = None  # None: kbv.generate.cache.default_cache_dir()
+    cache_dir: Path | None = None  # None: kbv.settings.default_cache_dir()
 
 
 @dataclass(frozen=True)
@@ -184,25 +185,25 @@ def generate(config: GenerateConfig, *, client: ChatClient | None = None,
 
 def check_config(config: GenerateConfig) -> None:
     """Raise UsageError for options that cannot be honoured."""
-    problems = []
+    complaints: list[str] = []
     if not config.model.strip():
-        problems.append("--model must name a model")
+        complaints.append("--model must name a model")
     if not config.base_url.startswith(("http://", "https://")):
-        problems.append(f"--base-url must be an http(s) URL, got '{config.base_url}'")
+        complaints.append(f"--base-url must be an http(s) URL, got '{config.base_url}'")
     if config.samples < 1:
-        problems.append("--samples must be at least 1")
+        complaints.append("--samples must be at least 1")
     if config.concurrency < 1:
-        problems.append("--concurrency must be at least 1")
+        complaints.append("--concurrency must be at least 1")
     if config.request_timeout_s <= 0:
-        problems.append("--request-timeout must be positive")
+        complaints.append("--request-timeout must be positive")
     if config.retry.max_retries < 0:
-        problems.append("--max-retries must be 0 or more")
+        complaints.append("--max-retries must be 0 or more")
     if config.sampling.max_tokens is not None and config.sampling.max_tokens < 1:
-        problems.append("--max-tokens must be positive")
+        complaints.append("--max-tokens must be positive")
     if config.sampling.temperature is not None and config.sampling.temperature < 0:
-        problems.append("--temperature must be 0 or more")
-    if problems:
-        raise UsageError("; ".join(problems) + ".")
+        complaints.append("--temperature must be 0 or more")
+    if complaints:
+        raise UsageError("; ".join(complaints) + ".")
 
 
 def resolve_api_key(config: GenerateConfig, environ: Mapping[str, str]) -> str:

@@ -4,15 +4,15 @@ The key covers the model, the base URL, the messages, the sampling parameters (t
 the extra body) and the sample index; not the API key, the timeout or the retry policy. Only replies
 are stored: a failed request is asked again next time.
 
-The database runs in WAL mode with a busy timeout, so several `kbv generate` processes may share one
-cache; within a process a lock serialises the connection, so any thread may use it.
+It lives beside kbv's build cache (`default_cache_dir()`: $KBV_CACHE_DIR, else ~/.cache/kbv). The
+database runs in WAL mode with a busy timeout, so several `kbv generate` processes may share one cache;
+within a process a lock serialises the connection, so any thread may use it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 import threading
 import time
@@ -40,12 +40,6 @@ CREATE TABLE IF NOT EXISTS replies_v1 (
 class CacheEntry:
     reply: Reply
     latency_s: float  # how long the request took when it was made
-
-
-def default_cache_dir() -> Path:
-    """`$XDG_CACHE_HOME/kbv`, else `~/.cache/kbv`."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kbv"
 
 
 def cache_key(base_url: str, request: ChatRequest, sample: int) -> str:

@@ -219,8 +219,10 @@ def _translate_error(openai: Any, exc: Exception, timeout_s: float) -> ChatError
         return ChatError(f"connection error: {exc}", ErrorKind.TRANSIENT)
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
+        body = getattr(exc, "body", None)
+        detail = body.get("message") if isinstance(body, dict) else None  # the server's own words
         retry_after = parse_retry_after(dict(exc.response.headers))
-        return ChatError(f"HTTP {status}: {exc.message}", classify_status(status), status, retry_after)
+        return ChatError(f"HTTP {status}: {detail or exc.message}", classify_status(status), status, retry_after)
     return ChatError(f"{type(exc).__name__}: {exc}", ErrorKind.REJECTED)
 
 

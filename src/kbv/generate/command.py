@@ -1,8 +1,9 @@
 """`kbv generate`: parse the options, build a GenerateConfig, call `generate`, render the summary.
 
-Registered by the CLI with `app.command("generate")(generate_command)`. Exit status: 0 when the run
-finished (no_code and failed samples are results, not errors), 1 when no request got a reply or kbv
-failed, 2 for a usage error; an error is printed as one line.
+Registered by the CLI with `app.command("generate")(generate_command)`. Exit status, as `kbv eval`'s:
+0 the run finished (no_code and failed samples are results, not errors); 1 no request got a reply (they
+are recorded all the same); 2 bad input (an option, a key, a problem file, a refusing endpoint); 3 kbv
+itself failed. An error is printed as one line on stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kbv.errors import KbvError, UsageError
+from kbv.errors import HarnessError, KbvError, UsageError
 from kbv.generate.api import (DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, GenerateConfig, GenerateSummary, SamplingParams,
                               generate)
 from kbv.generate.client import RetryPolicy
@@ -58,7 +59,7 @@ def generate_command(
         "--extra-body", help='JSON object merged into every request, e.g. \'{"reasoning_effort": "high"}\'.',
         show_default=False)] = None,
     cache_dir: Annotated[Optional[Path], typer.Option(
-        "--cache-dir", help="Where the response cache lives. Default: $XDG_CACHE_HOME/kbv, else ~/.cache/kbv.",
+        "--cache-dir", help="Where the response cache lives. Default: $KBV_CACHE_DIR, else ~/.cache/kbv.",
         show_default=False)] = None,
 ) -> None:
     """Ask a model for a ModelNew per problem, one turn each, and write the answers for `kbv eval`."""
@@ -72,10 +73,10 @@ def generate_command(
             request_timeout_s=request_timeout, retry=RetryPolicy(max_retries=max_retries),
             use_cache=not no_cache, cache_dir=cache_dir)
         summary = generate_with_progress(config)
-    except UsageError as exc:
+    except HarnessError as exc:
+        _fail(f"kbv failed: {exc}", code=3)
+    except KbvError as exc:  # a usage error, or a problem file that cannot be used
         _fail(str(exc), code=2)
-    except KbvError as exc:
-        _fail(str(exc), code=1)
     Console().print(summary_table(summary))
     if summary.generations and summary.request_failed == summary.generations:
         _fail(f"No request got a reply (first error: {summary.errors[0] if summary.errors else 'unknown'}).", code=1)
@@ -98,7 +99,7 @@ def generate_with_progress(config: GenerateConfig) -> GenerateSummary:
     """`generate(config)` under a progress bar on stderr."""
     columns = (TextColumn("[bold]generate[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(config.model, total=None)
 
         def on_progress(done: int, total: int) -> None:
@@ -110,14 +111,15 @@ def generate_with_progress(config: GenerateConfig) -> GenerateSummary:
 def summary_table(summary: GenerateSummary) -> Table:
     """What the run did: samples by status, requests, cache hits, tokens, where the files are."""
     table = Table(title=f"kbv generate: {summary.model}", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")  # paths and error messages wrap, never lose their end
     rows = [
         ("samples", f"{summary.generations} ({summary.problems} problems)"),
         ("ok", str(summary.ok)),
         ("no code", str(summary.no_code)),
         ("request failed", str(summary.request_failed)),
-        ("requests sent", f"{summary.requests} ({summary.retries} retries)"),
+        ("requests sent", str(summary.requests)),
+        ("retries", str(summary.retries)),
         ("cache hits", str(summary.cache_hits)),
         ("tokens spent", f"{summary.prompt_tokens} prompt + {summary.completion_tokens} completion"),
         ("time", f"{summary.elapsed_s:.1f} s"),

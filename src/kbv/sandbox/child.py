@@ -10,7 +10,9 @@ Commands (dicts with an "op"):
     build   path                -> import the candidate once (compiles its extensions), nothing else
     load    source, ...         -> import and construct the model (candidate or reference)
     forward inputs, outputs     -> run once, copy the outputs into the parent's buffers
-    time    inputs, config      -> per-call times (ms)
+    time    inputs, config      -> KernelBench's timer: per-call times (ms)
+    pool / warmup / time_block  -> the verified timer: input pool, warm-up by time, timed blocks
+    memory                      -> memory figures of one forward
     exit
 Errors come back as {"error": {"kind": compile|runtime|cuda, "type", "message", "traceback"}}.
 """
@@ -44,6 +46,16 @@ class Child:
             torch.cuda.set_device(self.device)
         self.clock = Clock(self.device)  # bound before any candidate import
         self.model: Any = None
+        self.model_class: Any = None
+        self.kept: list[Any] | None = None
+        self.pool: list[list[Any]] = []
+        self.flush: Any = None
+        self.device_floor: int | None = None
+        if self.device.type == "cuda":
+            from kbv.memory import device_in_use
+
+            torch.zeros(1, device=self.device)  # create the context before taking the floor
+            self.device_floor = device_in_use(self.device)
 
     # -- commands -----------------------------------------------------------------------------
     def op_hello(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -58,54 +70,123 @@ class Child:
         return {"built": True}
 
     def op_load(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Import and construct the model under `seed`; load `state_dict` when its keys and shapes agree."""
         from kbv.precision import apply_policy, snapshot_flags
 
         torch = self.torch
-        apply_policy(cmd.get("precision", "default"))
-        if cmd["source"] == "candidate":
-            module = _import_candidate(cmd["path"])
-            cls = getattr(module, "ModelNew", None)
-            if cls is None:
-                raise _CompileFailure("the candidate defines no ModelNew")
-        else:
-            module = _exec_reference(cmd["code"], cmd["origin"])
-            cls = module.Model
-        apply_policy(cmd.get("precision", "default"))  # re-asserted after candidate import
+        policy = cmd.get("precision", "default")
+        apply_policy(policy)
+        if self.model_class is None:
+            self.model_class = self._model_class(cmd)
+        apply_policy(policy)  # re-asserted after candidate import
         init_args = [self._arg(a) for a in cmd.get("init_args", [])]
         if cmd.get("seed") is not None:
             torch.manual_seed(cmd["seed"])
             if self.device.type == "cuda":
                 torch.cuda.manual_seed(cmd["seed"])
         with torch.no_grad():
-            model = cls(*init_args)
+            model = self.model_class(*init_args)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
+            loaded = self._load_state(model, cmd.get("state_dict"))
+        if cmd.get("compile"):
+            model = torch.compile(model)  # the `compile` baseline: torch.compile, default mode
+        self.model = None  # the previous model goes before the next one is measured
         self.model = model
         self.sync()
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
-        return {"loaded": True, "params": n_params, "flags": snapshot_flags()}
+        return {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
+
+    def _model_class(self, cmd: dict[str, Any]) -> Any:
+        if cmd["source"] == "candidate":
+            module = _import_candidate(cmd["path"])
+            cls = getattr(module, "ModelNew", None)
+            if cls is None:
+                raise _CompileFailure("the candidate defines no ModelNew")
+            return cls
+        return _exec_reference(cmd["code"], cmd["origin"]).Model
+
+    def _load_state(self, model: Any, handles: dict[str, Any] | None) -> bool:
+        torch = self.torch
+        if not handles or not isinstance(model, torch.nn.Module):
+            return False
+        own = model.state_dict()
+        if set(own) != set(handles) or any(tuple(own[k].shape) != tuple(handles[k].shape) for k in own):
+            return False
+        model.load_state_dict({k: self._arg(h) for k, h in handles.items()})
+        return True
 
     def op_forward(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """One forward; outputs copied into the parent's buffers. With `checks`, integrity evidence too."""
+        from kbv.sandbox import integrity as ig
+
         torch = self.torch
-        args = [self._arg(a) for a in cmd["inputs"]]
+        args = self._inputs(cmd)
         buffers = [self._arg(h, to_device=False) for h in cmd["outputs"]]
+        checks = bool(cmd.get("checks"))
+        tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
+        names, params = ig.model_tensors(self.model)
+        before_in = ig.snapshot(tensors_in) if checks else []
+        before_params = ig.snapshot(params) if checks else []
+        if cmd.get("poison") is not None:
+            ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, cmd["poison"])
         with torch.no_grad():
             result = self.model(*args)
         self.sync()
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        meta = [_describe(o) for o in outs]
+        meta = [{**ig.describe_output(o), "expected_device": str(self.device)} for o in outs]
+        report: dict[str, Any] = {}
+        if checks:
+            report = {
+                "inputs_mutated": ig.changed(before_in, tensors_in),
+                "params_mutated": [names[i] for i in ig.changed(before_params, params)],
+                "aliases_input": sorted({i for o in outs if isinstance(o, torch.Tensor)
+                                         for i in ig.overlapping(o, tensors_in)}),
+                "aliases_parameter": sorted({names[i] for o in outs if isinstance(o, torch.Tensor)
+                                             for i in ig.overlapping(o, params)}),
+            }
+        copied = self._copy_out(outs, buffers, meta)
+        return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report}
+
+    def _inputs(self, cmd: dict[str, Any]) -> list[Any]:
+        """The forward's arguments. `reuse` writes the new values into the tensors kept by an earlier
+        `keep` (same memory, new values: what a pointer-keyed cache cannot tell apart)."""
+        if cmd.get("reuse") and self.kept is not None:
+            args = []
+            for kept, value in zip(self.kept, cmd["inputs"]):
+                new = self._arg(value, to_device=False)
+                if isinstance(kept, self.torch.Tensor) and isinstance(new, self.torch.Tensor):
+                    kept.copy_(new)
+                    args.append(kept)
+                else:
+                    args.append(new)
+        else:
+            args = [self._arg(a) for a in cmd["inputs"]]
+        if cmd.get("keep"):
+            self.kept = args
+        return args
+
+    def _copy_out(self, outs: list[Any], buffers: list[Any], meta: list[dict[str, Any]]) -> bool:
+        torch = self.torch
         copied = len(outs) == len(buffers)
         for out, buf, m in zip(outs, buffers, meta):
             ok = (isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(buf.shape)
                   and out.dtype == buf.dtype)
-            m["copied"] = bool(ok)
             if ok:
-                buf.copy_(out.detach())
+                try:
+                    # a plain tensor is copied by value; a subclass's hooks may run here, and its
+                    # type is already on record as an integrity violation
+                    buf.copy_(torch.Tensor.detach(out))
+                except Exception as exc:  # a lazy object that fails when read
+                    m["copy_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                    ok = False
+            m["copied"] = bool(ok)
             copied = copied and ok
         self.sync()
-        return {"outputs": meta, "count": len(outs), "copied": copied}
+        return copied
 
     def op_time(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """KernelBench's timer on one input set (the standard protocol)."""
         from kbv.timing import StandardTimerConfig, time_kernelbench
 
         torch = self.torch
@@ -114,6 +195,47 @@ class Child:
         with torch.no_grad():
             samples = time_kernelbench(self.clock, self.model, args, config)
         return {"samples_ms": samples, "tampered": self.clock.tampered()}
+
+    def op_pool(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Take the timing pool (input sets) onto the device, and allocate the L2 flush buffer."""
+        torch = self.torch
+        self.pool = [[self._arg(a) for a in inputs] for inputs in cmd["pool"]]
+        flush_bytes = int(cmd.get("flush_bytes", 0))
+        self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device) if flush_bytes else None
+        self.sync()
+        return {"sets": len(self.pool)}
+
+    def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        from kbv.timing import warm_up
+
+        with self.torch.no_grad():
+            calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
+        return {"calls": calls}
+
+    def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
+        from kbv.timing import time_block
+
+        recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
+
+        def keep(i: int, out: Any) -> None:
+            if i in recheck:
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                self._copy_out(outs, [self._arg(h, to_device=False) for h in recheck[i]],
+                               [{} for _ in outs])
+
+        with self.torch.no_grad():
+            block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
+                               self.flush, keep)
+        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "tampered": self.clock.tampered()}
+
+    def op_memory(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        from kbv.memory import measure_forward
+
+        stats = measure_forward(self.model, self.pool[0], self.device, self.device_floor)
+        return asdict(stats)
 
     # -- helpers ------------------------------------------------------------------------------
     def sync(self) -> None:
@@ -133,16 +255,6 @@ class Child:
         from kbv.sandbox.wire import send_reply
 
         send_reply(self.res_fd, payload)
-
-
-def _describe(out: Any) -> dict[str, Any]:
-    import torch
-
-    if not isinstance(out, torch.Tensor):
-        return {"type": type(out).__name__, "tensor": False}
-    return {"type": type(out).__name__, "tensor": True, "exact_type": type(out) is torch.Tensor,
-            "shape": list(out.shape), "dtype": str(out.dtype).removeprefix("torch."),
-            "device": str(out.device)}
 
 
 def _import_candidate(path: str) -> types.ModuleType:

@@ -1,0 +1,164 @@
+"""The hidden input suite of the verified protocol: four distributions, secret seeds, calibration.
+
+- `default`: the problem's own `get_inputs()`, reseeded;
+- `signed`: zero-mean, sign-mixed (standard normal);
+- `large`: magnitudes around 1e3;
+- `small`: magnitudes around 1e-3.
+
+Only continuous floating-point inputs are redrawn. Integer and boolean inputs, and float inputs that
+hold a few distinct values (masks, +-1 targets), keep what the problem's own generator drew for the
+same seed. Shapes and dtypes never change.
+
+Calibration picks, per problem and distribution, the first variant on which the reference stays
+finite and non-degenerate (e.g. log of negatives steps `signed` to `positive`; exp overflow steps
+`large` down to 1e2), or marks the distribution not applicable with the reason. A problem file can
+pin variants with a module-level dict, e.g. `KBV_DISTRIBUTIONS = {"signed": "positive", "large": "skip"}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kbv.inputs import rng_isolated, set_seed, to_device
+
+DISTRIBUTIONS = ("default", "signed", "large", "small")
+FEW_VALUES = 16  # a float input with at most this many distinct values is categorical
+CALIBRATION_SEED = 1_234_567
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    sign: str  # "problem" (the problem's own values) | "mixed" (normal) | "positive" (uniform [0.5, 1.5))
+    scale: float
+
+
+VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "default": (Variant("problem", "problem", 1.0),),
+    "signed": (Variant("normal", "mixed", 1.0), Variant("normal-0.1", "mixed", 0.1),
+               Variant("positive", "positive", 1.0)),
+    "large": (Variant("normal-1e3", "mixed", 1e3), Variant("normal-1e2", "mixed", 1e2),
+              Variant("positive-1e3", "positive", 1e3), Variant("positive-1e2", "positive", 1e2),
+              Variant("normal-10", "mixed", 10.0), Variant("positive-10", "positive", 10.0)),
+    "small": (Variant("normal-1e-3", "mixed", 1e-3), Variant("positive-1e-3", "positive", 1e-3),
+              Variant("normal-1e-2", "mixed", 1e-2), Variant("positive-1e-2", "positive", 1e-2)),
+}
+PIN_ATTRIBUTE = "KBV_DISTRIBUTIONS"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Per distribution: the variant used (None: not applicable), and why it was chosen or skipped."""
+
+    variants: dict[str, str | None]
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def applicable(self) -> list[str]:
+        return [d for d in DISTRIBUTIONS if self.variants.get(d)]
+
+    def variant(self, distribution: str) -> Variant:
+        name = self.variants[distribution]
+        return next(v for v in VARIANTS[distribution] if v.name == name)
+
+
+def trial_seed(secret: bytes, problem_hash: str, distribution: str, index: int, purpose: str = "inputs") -> int:
+    """A 63-bit seed no candidate can predict: derived from the run's secret by a one-way hash."""
+    text = f"{problem_hash}|{distribution}|{index}|{purpose}".encode()
+    return int.from_bytes(hashlib.sha256(secret + text).digest()[:8], "big") >> 1
+
+
+def draw_inputs(module: types.ModuleType, variant: Variant, seed: int, device: torch.device) -> list[Any]:
+    """One input set of `variant` for `seed`, on `device`. The problem's own generator runs first
+    (reseeded) and gives shapes, dtypes and every input that is not redrawn."""
+    with rng_isolated():
+        set_seed(seed)
+        with torch.device(device):
+            base = to_device(module.get_inputs(), device)
+        if variant.sign == "problem":
+            return base
+        gen = torch.Generator(device=device).manual_seed(seed ^ 0x5DEECE66D)
+        return [_redraw(x, variant, gen) if is_continuous(x) else x for x in base]
+
+
+def is_continuous(x: Any) -> bool:
+    """A floating-point tensor with more than a few distinct values."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
+        return False
+    sample = x.detach().reshape(-1)[:65536]
+    return torch.unique(sample).numel() > min(FEW_VALUES, sample.numel() // 4)
+
+
+def _redraw(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:
+    if variant.sign == "mixed":
+        values = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    else:
+        values = 0.5 + torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    return (values * variant.scale).to(x.dtype)
+
+
+def pinned_variants(module: types.ModuleType, origin: str) -> dict[str, str | None]:
+    """The problem's own pins: {distribution: variant name, or None for 'skip'}. Raises ValueError."""
+    pins = getattr(module, PIN_ATTRIBUTE, None)
+    if pins is None:
+        return {}
+    if not isinstance(pins, dict):
+        raise ValueError(f"{origin}: {PIN_ATTRIBUTE} must be a dict of distribution -> variant name or 'skip'")
+    out: dict[str, str | None] = {}
+    for dist, name in pins.items():
+        if dist not in DISTRIBUTIONS:
+            raise ValueError(f"{origin}: {PIN_ATTRIBUTE} names unknown distribution {dist!r}")
+        if name == "skip":
+            out[dist] = None
+        elif name in {v.name for v in VARIANTS[dist]}:
+            out[dist] = name
+        else:
+            names = ", ".join(v.name for v in VARIANTS[dist])
+            raise ValueError(f"{origin}: {PIN_ATTRIBUTE}[{dist!r}] = {name!r}; expected 'skip' or one of {names}")
+    return out
+
+
+def calibrate(module: types.ModuleType, origin: str, reference: Callable[[list[Any]], list[torch.Tensor]],
+              device: torch.device) -> Calibration:
+    """Choose a variant per distribution on which `reference(inputs)` is finite and non-degenerate."""
+    pins = pinned_variants(module, origin)
+    variants: dict[str, str | None] = {}
+    notes: dict[str, str] = {}
+    for dist in DISTRIBUTIONS:
+        if dist in pins:
+            variants[dist] = pins[dist]
+            notes[dist] = "pinned by the problem" if pins[dist] else "skipped by the problem"
+            continue
+        rejected = []
+        for variant in VARIANTS[dist]:
+            problem = _unhealthy(reference(draw_inputs(module, variant, CALIBRATION_SEED, device)))
+            if problem is None:
+                variants[dist] = variant.name
+                if rejected:
+                    notes[dist] = "; ".join(rejected)
+                break
+            rejected.append(f"{variant.name}: {problem}")
+        else:
+            variants[dist] = None
+            notes[dist] = "not applicable: " + "; ".join(rejected)
+    return Calibration(variants, notes)
+
+
+def _unhealthy(outputs: Sequence[torch.Tensor]) -> str | None:
+    """Why an output set is unusable as truth, or None."""
+    for out in outputs:
+        if not out.is_floating_point():
+            continue
+        if not bool(torch.isfinite(out).all()):
+            return "reference output not finite"
+        peak = float(out.abs().max()) if out.numel() else 0.0
+        if peak == 0.0:
+            return "reference output all zero"
+        if out.numel() > 1 and float(out.max() - out.min()) <= 1e-6 * peak:
+            return "reference output constant"
+    return None

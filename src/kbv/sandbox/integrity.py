@@ -1,0 +1,89 @@
+"""Integrity probes run inside the child around one forward: pure functions of tensors and modules.
+
+They report what they see; the parent decides. (A hostile candidate can tamper with this code in its
+own process; the parent's value checks do not depend on it, and what it reports is evidence.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+POISON_BYTES_MIN = 1 << 20
+
+
+def bitwise_view(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes as integers, so NaN == NaN and -0.0 != 0.0."""
+    t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    if t.numel() == 0:
+        return t.reshape(-1).view(torch.uint8) if t.dtype != torch.bool else t.reshape(-1)
+    if t.dtype == torch.bool:
+        return t.reshape(-1)
+    return t.reshape(-1).view(torch.uint8)
+
+
+def snapshot(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in tensors]
+
+
+def changed(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> list[int]:
+    """Indices whose bytes differ."""
+    return [i for i, (b, a) in enumerate(zip(before, after))
+            if b.shape != a.shape or not torch.equal(bitwise_view(b), bitwise_view(a))]
+
+
+def storage_span(t: torch.Tensor) -> tuple[int, int]:
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def overlapping(out: torch.Tensor, others: Sequence[torch.Tensor]) -> list[int]:
+    """Indices of `others` whose storage overlaps the storage of `out`."""
+    if out.untyped_storage().nbytes() == 0:
+        return []
+    lo, hi = storage_span(out)
+    hits = []
+    for i, o in enumerate(others):
+        if o.device != out.device or o.untyped_storage().nbytes() == 0:
+            continue
+        olo, ohi = storage_span(o)
+        if lo < ohi and olo < hi:
+            hits.append(i)
+    return hits
+
+
+def model_tensors(model: Any) -> tuple[list[str], list[torch.Tensor]]:
+    """Names and tensors of a module's parameters and buffers."""
+    if not isinstance(model, torch.nn.Module):
+        return [], []
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    return [n for n, _ in named], [t for _, t in named]
+
+
+def poison_allocator(device: torch.device, nbytes: int, value: float) -> None:
+    """Fill freed allocator memory with `value`, so outputs a kernel never writes show it.
+
+    On CUDA the caching allocator hands the poisoned block back to the next allocation of a similar
+    size; on CPU, allocating and freeing twice moves glibc's mmap threshold so the block is reused.
+    """
+    nbytes = max(int(nbytes), POISON_BYTES_MIN)
+    rounds = 1 if device.type == "cuda" else 2
+    for _ in range(rounds):
+        block = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
+        block.fill_(value)
+        del block
+
+
+def describe_output(out: Any) -> dict[str, Any]:
+    if not isinstance(out, torch.Tensor):
+        return {"type": type(out).__name__, "tensor": False}
+    return {"type": type(out).__name__, "tensor": True, "exact_type": type(out) is torch.Tensor,
+            "shape": list(out.shape), "dtype": str(out.dtype).removeprefix("torch."),
+            "device": str(out.device), "strided": out.layout == torch.strided,
+            "internal_overlap": out.layout == torch.strided and any(
+                st == 0 and sz > 1 for st, sz in zip(out.stride(), out.shape))}

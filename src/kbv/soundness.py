@@ -1,0 +1,128 @@
+"""Problem soundness: can a trivial candidate pass, does the output depend on the inputs, is the
+reference deterministic? Judged with the verified protocol's own acceptance test, per applicable
+distribution. A flagged problem still runs; its verdicts carry the flags.
+
+The trivial battery: identity (the first input, where it has the output's shape), zeros, ones, the
+output's mean everywhere, uninitialised memory, and the reference at another input of the same
+distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from kbv.compare import allowed_error, measure_error, within
+
+if TYPE_CHECKING:
+    from kbv.verified import TrialData, VerifiedContext, VerifiedProtocol
+
+
+@dataclass(frozen=True)
+class SoundnessReport:
+    problem: str
+    calibration: dict[str, str | None]
+    calibration_notes: dict[str, str]
+    flags: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sound(self) -> bool:
+        return not self.flags
+
+
+def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+    first = next((x for x in trial.inputs if isinstance(x, torch.Tensor)), None)
+
+    def mean(ref: torch.Tensor) -> torch.Tensor:
+        # a scalar's own mean is the answer itself: use the value at another draw, a constant a
+        # candidate could know
+        if ref.numel() <= 1:
+            if other is None:
+                return torch.full_like(ref, float("nan"))
+            return torch.full_like(ref, float(other.evaluation.truth[0].double().mean()))
+        return torch.full_like(ref, float(ref.double().mean()))
+
+    def identity(ref: torch.Tensor) -> torch.Tensor:
+        if first is None or first.shape != ref.shape:
+            return torch.full_like(ref, float("nan"))
+        return first.to(ref.dtype)
+
+    def uninitialised(ref: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(ref)
+
+    return {
+        "identity": identity,
+        "zeros": torch.zeros_like,
+        "ones": torch.ones_like,
+        "mean": mean,
+        "uninitialised": uninitialised,
+    }
+
+
+def _passes(outputs: list[torch.Tensor], trial: TrialData, protocol: VerifiedProtocol) -> bool:
+    ev = trial.evaluation
+    return all(within(measure_error(t, o), allowed_error(b, protocol.tolerance))
+               for o, t, b in zip(outputs, ev.truth, ev.baseline_err))
+
+
+def screen_trials(ctx: VerifiedContext, protocol: VerifiedProtocol,
+                  sensitivity: bool = False) -> tuple[list[str], list[str]]:
+    """(flags, notes). A trivial candidate that passes on EVERY applicable distribution would be
+    verified: that flags the problem. Passing on some distributions only is a note (the hidden ones
+    catch it: ReLU's identity passes on its own all-positive inputs, by construction). An output
+    that does not depend on its inputs, or a nondeterministic reference, on any distribution, flags."""
+    by_dist: dict[str, list[TrialData]] = {}
+    for t in ctx.trials:
+        by_dist.setdefault(t.distribution, []).append(t)
+    passes: dict[str, list[str]] = {}
+    flags: list[str] = []
+    for dist, trials in by_dist.items():
+        first = trials[0]
+        for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
+            if _passes([make(b) for b in first.evaluation.baseline], first, protocol):
+                passes.setdefault(name, []).append(dist)
+        model = ctx.reference.build(first.weight_seed)
+        if not _passes(ctx.reference.baseline_outputs(model, first.inputs), first, protocol):
+            flags.append(f"nondeterministic reference on {dist}")
+        if len(trials) > 1:
+            other = ctx.reference.baseline_outputs(model, trials[1].inputs)
+            if _same_shapes(other, first) and _passes(other, first, protocol):
+                flags.append(f"the output at other inputs passes on {dist}")
+            if sensitivity:
+                flags += _insensitive_inputs(ctx, model, first, trials[1], protocol, dist)
+    notes = []
+    for name, dists in passes.items():
+        if set(dists) == set(by_dist):
+            flags.append(f"{name} passes on every distribution")
+        else:
+            notes.append(f"{name} passes on {', '.join(dists)} only")
+    return flags, notes
+
+
+def _insensitive_inputs(ctx: VerifiedContext, model: Any, first: TrialData, second: TrialData,
+                        protocol: VerifiedProtocol, dist: str) -> list[str]:
+    flags = []
+    for k, (x, y) in enumerate(zip(first.inputs, second.inputs)):
+        if not isinstance(x, torch.Tensor) or torch.equal(x, y):
+            continue
+        swapped = list(first.inputs)
+        swapped[k] = y
+        outputs = ctx.reference.baseline_outputs(model, swapped)
+        if _same_shapes(outputs, first) and _passes(outputs, first, protocol):
+            flags.append(f"the output does not depend on input {k} on {dist}")
+    return flags
+
+
+def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
+    return all(o.shape == t.shape for o, t in zip(outputs, trial.evaluation.truth))
+
+
+def check_problem(ctx: VerifiedContext, protocol: VerifiedProtocol) -> SoundnessReport:
+    """The full screen of `kbv problems check` (with the per-input sensitivity test)."""
+    flags, notes = screen_trials(ctx, protocol, sensitivity=True)
+    return SoundnessReport(ctx.problem.key, dict(ctx.calibration.variants), dict(ctx.calibration.notes),
+                           tuple(flags), tuple(notes))

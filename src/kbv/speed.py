@@ -1,0 +1,156 @@
+"""The verified protocol's timer, parent side: interleaved blocks, adaptive stopping, rechecks.
+
+The candidate and each baseline live in their own child and hold the same pool of input sets (fresh
+values, more bytes in total than the L2 cache). After a warm-up by time, the parent asks them in turn
+(ABBA order) for blocks of timed calls; each call gets the next pool entry, a cold L2, and a
+device-wide synchronise inside its timed window. Sampling stops once every median is known to the
+target precision, or at a cap. A random call of every candidate block has its output copied out and
+checked against the truth. The parent's own wall clock around each block bounds what a child can
+claim; primitives re-bound by the candidate are reported by the child's clock.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kbv.sandbox import Sandbox, SharedArena
+from kbv.stats import StopRule, bootstrap_ratio_ci, interleave_order, median, median_ci
+from kbv.verdict import Category, TimingStats
+
+
+@dataclass(frozen=True)
+class TimerConfig:
+    stop: StopRule = field(default_factory=StopRule)
+    block: int = 10  # calls per block
+    warmup_ms: float = 200.0  # after the first (compiling) call
+    rechecks_per_block: int = 1  # candidate outputs checked per block
+    flush_factor: float = 2.0  # L2 flush = factor x L2 size
+    pool_factor: float = 2.0  # pool bytes >= factor x L2 size
+    max_pool_sets: int = 16
+
+
+@dataclass
+class _Side:
+    name: str
+    sb: Sandbox
+    device_ms: list[float] = field(default_factory=list)
+    host_ms: list[float] = field(default_factory=list)
+    parent_ms: list[float] = field(default_factory=list)  # parent wall per call, per block
+    tampered: set[str] = field(default_factory=set)
+    cursor: int = 0
+
+
+@dataclass(frozen=True)
+class SpeedResult:
+    stats: dict[str, TimingStats]  # "candidate" and each baseline
+    speedups: dict[str, float]  # baseline -> median(baseline) / median(candidate)
+    speedup_ci: dict[str, tuple[float, float]]
+    findings: tuple[tuple[Category, str], ...]
+    rechecked: int
+    timer_s: float
+
+
+def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig) -> int:
+    """How many input sets make the pool exceed `pool_factor` x L2 (at least 2)."""
+    need = int(config.pool_factor * l2_bytes)
+    sets = -(-need // max(bytes_per_set, 1))
+    return max(2, min(config.max_pool_sets, sets))
+
+
+def load_pool(sb: Sandbox, arena: SharedArena, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
+    handles = [[arena.share(x)[1] if isinstance(x, torch.Tensor) else x for x in inputs] for inputs in pool]
+    sb.call({"op": "pool", "pool": handles, "flush_bytes": flush_bytes}, timeout_s)
+
+
+def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: SharedArena, config: TimerConfig,
+                  pool_len: int, check: Callable[[int, list[torch.Tensor]], str | None],
+                  output_like: list[torch.Tensor], deadline: float) -> SpeedResult:
+    """Time the candidate against every baseline (all already hold the pool). `check(pool_index,
+    outputs)` returns why a timed output is wrong, or None."""
+    t0 = time.monotonic()
+    sides = [_Side("candidate", candidate)] + [_Side(n, sb) for n, sb in baselines.items()]
+    for side in sides:
+        side.sb.call({"op": "warmup", "ms": config.warmup_ms}, _left(deadline))
+    rng = random.Random(0x7137)
+    findings: list[tuple[Category, str]] = []
+    rechecked = 0
+    rnd = 0
+    while True:
+        for i in interleave_order(len(sides), rnd):
+            side = sides[i]
+            recheck = rng.randrange(config.block) if side.name == "candidate" else None
+            outs = _time_one_block(side, arena, config, pool_len, recheck, output_like, deadline)
+            if outs is not None:
+                rechecked += 1
+                index = (side.cursor - config.block + recheck) % pool_len
+                why = check(index, outs)
+                if why:
+                    findings.append((Category.RESULT_CACHE, f"a timed call returned a wrong output: {why}"))
+        rnd += 1
+        samples = [s.device_ms for s in sides]
+        if config.stop.satisfied(samples) or config.stop.exhausted(samples, time.monotonic() - t0) \
+                or findings or time.monotonic() > deadline - 5:
+            break
+    findings += _timer_findings(sides)
+    return _result(sides, findings, rechecked, time.monotonic() - t0)
+
+
+def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_len: int, recheck: int | None,
+                    output_like: list[torch.Tensor], deadline: float) -> list[torch.Tensor] | None:
+    buffers = [arena.empty(t.shape, t.dtype) for t in output_like] if recheck is not None else []
+    command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": config.block}
+    if recheck is not None:
+        command["recheck"] = {str(recheck): [h for _, h in buffers]}
+    w0 = time.perf_counter()
+    reply = side.sb.call(command, _left(deadline))
+    wall_ms = (time.perf_counter() - w0) * 1e3
+    side.cursor = (side.cursor + config.block) % pool_len
+    side.device_ms += [float(x) for x in reply["device_ms"]]
+    side.host_ms += [float(x) for x in reply["host_ms"]]
+    side.parent_ms.append(wall_ms / config.block)
+    side.tampered.update(reply.get("tampered", []))
+    return [b.to(t.device) for (b, _), t in zip(buffers, output_like)] if recheck is not None else None
+
+
+def _timer_findings(sides: list[_Side]) -> list[tuple[Category, str]]:
+    """Evidence that the candidate's reported times are not its real ones."""
+    cand, base = sides[0], sides[1] if len(sides) > 1 else None
+    found: list[tuple[Category, str]] = []
+    if cand.tampered:
+        found.append((Category.TIMER_PATCH, "timing primitives replaced: " + ", ".join(sorted(cand.tampered))))
+    if base is not None and cand.device_ms and base.device_ms:
+        over_c = median(cand.parent_ms) - median(cand.device_ms)
+        over_b = median(base.parent_ms) - median(base.device_ms)
+        slack = 2.0 * max(over_b, 0.0) + 0.5 * median(cand.device_ms) + 0.5
+        if over_c > slack:
+            found.append((Category.TIMING_MISMATCH,
+                          f"the parent's wall clock saw {median(cand.parent_ms):.3f} ms a call against "
+                          f"{median(cand.device_ms):.3f} ms reported (baseline overhead {over_b:.3f} ms)"))
+    return found
+
+
+def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float) -> SpeedResult:
+    stats = {s.name: _stats(s.device_ms) for s in sides if s.device_ms}
+    cand = sides[0].device_ms
+    speedups, cis = {}, {}
+    for s in sides[1:]:
+        if cand and s.device_ms:
+            speedups[s.name] = median(s.device_ms) / max(median(cand), 1e-9)
+            cis[s.name] = bootstrap_ratio_ci(s.device_ms, cand)
+    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed)
+
+
+def _stats(samples: list[float]) -> TimingStats:
+    base = TimingStats.of(samples)
+    lo, hi = median_ci(samples)
+    return TimingStats(base.mean_ms, base.median_ms, base.std_ms, base.min_ms, base.max_ms, base.n, lo, hi)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.5)

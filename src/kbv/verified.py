@@ -1,0 +1,343 @@
+"""The verified protocol's correctness: hidden distributions, float64 truth, calibrated tolerance,
+integrity checks, result-cache probes.
+
+Per problem (`prepare_verified`, in the parent): calibrate the distributions; for each applicable
+distribution draw `trials_per_distribution` input sets and weight sets from secret seeds; evaluate
+the reference as float64 truth and as the TF32 baseline (whose own error sets the tolerance); screen
+the problem for soundness (`kbv.soundness`).
+
+Per candidate (`check_candidate`, through a sandbox child): for every trial, load the trial's weights,
+run twice on identical inputs over differently poisoned memory (integrity evidence from the first
+run), compare with the truth; then probe for caches by changing input values in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kbv.compare import ErrorMeasure, Tolerance, allowed_error, measure_error, within
+from kbv.distributions import DISTRIBUTIONS, Calibration, calibrate, draw_inputs, is_continuous, trial_seed
+from kbv.errors import ProblemRunError
+from kbv.problems import Problem, instantiate_problem
+from kbv.reference import Evaluation, Reference
+from kbv.sandbox import Sandbox, SharedArena
+from kbv.verdict import Category, Trial
+
+SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
+PRECISION_LOSS_BELOW = 1e-2  # a failing error under this is precision lost, not a wrong function
+
+
+@dataclass(frozen=True)
+class VerifiedProtocol:
+    """The verified protocol's rules (correctness part). All factors are documented protocol data."""
+
+    trials_per_distribution: int = 2
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    precision: str = "tf32"  # the baseline's (and the candidate's) float32 policy: tf32 | fp32
+    reuse_probes: int = 3  # same-pointer, new-value probes against result caches
+    name: str = "verified"
+
+    @property
+    def version(self) -> str:
+        return f"kbv-verified-1.0+{self.precision}"
+
+    @property
+    def primary_baseline(self) -> str:
+        return f"eager-{self.precision}"
+
+    def fingerprint(self) -> str:
+        from dataclasses import asdict
+
+        from kbv.protocols import _fingerprint
+
+        return _fingerprint(asdict(self))
+
+
+@dataclass
+class TrialData:
+    distribution: str
+    index: int
+    inputs: list[Any]
+    weight_seed: int
+    state: dict[str, torch.Tensor]
+    evaluation: Evaluation
+
+
+@dataclass
+class VerifiedContext:
+    problem: Problem
+    init_inputs: list[Any]
+    calibration: Calibration
+    trials: list[TrialData]
+    reference: Reference
+    flags: tuple[str, ...] = ()
+    screen_notes: tuple[str, ...] = ()
+    secret: bytes = b""
+
+
+def prepare_verified(problem: Problem, protocol: VerifiedProtocol, device: torch.device,
+                     secret: bytes, sound_check: bool = True) -> VerifiedContext:
+    """Calibrate, draw the hidden trials and evaluate the reference on them. Raises ProblemRunError."""
+    from kbv.soundness import screen_trials
+
+    module = instantiate_problem(problem)
+    try:
+        init_inputs = list(module.get_init_inputs())
+        reference = Reference(module, init_inputs, device, protocol.precision)
+        calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
+        calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
+        del calib_model
+        trials = [_trial(reference, module, problem, protocol, secret, dist, i, calibration, device)
+                  for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
+    except (ValueError, RuntimeError, TypeError, IndexError) as exc:
+        raise ProblemRunError(f"{problem.origin}: the problem's own code failed under the verified protocol: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    if not trials:
+        raise ProblemRunError(f"{problem.origin}: no distribution is applicable: {calibration.notes}")
+    ctx = VerifiedContext(problem, init_inputs, calibration, trials, reference, secret=secret)
+    if sound_check:
+        flags, notes = screen_trials(ctx, protocol)
+        ctx.flags, ctx.screen_notes = tuple(flags), tuple(notes)
+    return ctx
+
+
+def _trial(reference: Reference, module: Any, problem: Problem, protocol: VerifiedProtocol, secret: bytes,
+           dist: str, index: int, calibration: Calibration, device: torch.device) -> TrialData:
+    seed = trial_seed(secret, problem.hash, dist, index)
+    weight_seed = trial_seed(secret, problem.hash, dist, index, "weights")
+    inputs = draw_inputs(module, calibration.variant(dist), seed, device)
+    model = reference.build(weight_seed)
+    state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
+             if isinstance(model, torch.nn.Module) else {})
+    return TrialData(dist, index, inputs, weight_seed, state, reference.evaluate(model, inputs))
+
+
+# -- one candidate ------------------------------------------------------------------------------
+
+@dataclass
+class CorrectnessResult:
+    trials: list[Trial]
+    categories: list[Category]
+    integrity: dict[str, Any]  # category value -> evidence
+    state_loaded: bool | None
+    notes: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return not self.categories
+
+
+def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, protocol: VerifiedProtocol,
+                    load: dict[str, Any], deadline: float) -> CorrectnessResult:
+    """Every trial through the child `sb`; `load` is the child's load command minus seed and state.
+    Raises ChildFailure when the candidate crashes, raises or hangs."""
+    result = CorrectnessResult([], [], {}, None, [])
+    fingerprints: list[tuple[tuple[int, int], bool]] = []
+    loaded_seed = None
+    for trial in ctx.trials:
+        if loaded_seed != trial.weight_seed:
+            reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _share_state(arena, trial.state)},
+                            _left(deadline))
+            result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
+            loaded_seed = trial.weight_seed if trial.state else 0
+        outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
+        fingerprints.append(outcome)
+    _result_cache_from_fingerprints(fingerprints, result)
+    if result.passed:
+        _reuse_probes(sb, arena, ctx, protocol, deadline, result)
+    _finish_categories(result)
+    return result
+
+
+def _run_trial(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: VerifiedProtocol,
+               deadline: float, result: CorrectnessResult) -> tuple[tuple[int, int], bool]:
+    like = trial.evaluation.baseline
+    first = _forward(sb, arena, trial.inputs, like, deadline, poison=float("nan"), checks=True, keep=True)
+    second = _forward(sb, arena, trial.inputs, like, deadline, poison=SENTINEL)
+    _record_integrity(first["reply"], result)
+    trial_rec, passed, category = _judge(trial, first["outputs"], first["reply"], protocol)
+    if first["outputs"] is not None and second["outputs"] is not None:
+        agree = _agree(first["outputs"], second["outputs"], trial.evaluation, protocol)
+        if not agree:
+            unwritten = any(bool((o == SENTINEL).any()) for o in second["outputs"])
+            cat = Category.UNWRITTEN_OUTPUT if unwritten else Category.NONDETERMINISTIC
+            result.integrity.setdefault(cat.value, f"{trial.distribution} trial {trial.index}: "
+                                        "two runs on identical inputs disagree")
+    result.trials.append(trial_rec)
+    if not passed and category is not None:
+        result.categories.append(category)
+    fp = _fingerprint(first["outputs"]) if first["outputs"] is not None else (0, 0)
+    return fp, passed
+
+
+def _forward(sb: Sandbox, arena: SharedArena, inputs: list[Any], like: list[torch.Tensor], deadline: float,
+             poison: float | None = None, checks: bool = False, keep: bool = False,
+             reuse: bool = False) -> dict[str, Any]:
+    """One forward in the child; outputs come back on `like`'s device and dtype (None if not copied)."""
+    buffers = [arena.empty(t.shape, t.dtype) for t in like]
+    command = {"op": "forward", "inputs": _share_inputs(arena, inputs), "outputs": [h for _, h in buffers],
+               "poison": poison, "checks": checks, "keep": keep, "reuse": reuse}
+    reply = sb.call(command, _left(deadline))
+    outputs = None
+    if reply.get("copied"):
+        outputs = [buf.to(t.device) for (buf, _), t in zip(buffers, like)]
+    return {"reply": reply, "outputs": outputs}
+
+
+def _judge(trial: TrialData, outputs: list[torch.Tensor] | None, reply: dict[str, Any],
+           protocol: VerifiedProtocol) -> tuple[Trial, bool, Category | None]:
+    ev = trial.evaluation
+    if outputs is None:
+        category, note = _shape_problem(reply, ev.baseline)
+        return Trial(trial.distribution, trial.index, False, category=category, note=note), False, category
+    worst_c, worst_b, worst_a, ok = None, None, None, True
+    for out, truth, base_err in zip(outputs, ev.truth, ev.baseline_err):
+        cand = measure_error(truth, out)
+        allowed = allowed_error(base_err, protocol.tolerance)
+        ok = ok and within(cand, allowed)
+        if worst_c is None or cand.worst > worst_c.worst:
+            worst_c, worst_b, worst_a = cand, base_err, allowed
+    category = None if ok else _failure_category(worst_c)
+    note = "" if ok else _failure_note(worst_c, worst_a)
+    rec = Trial(trial.distribution, trial.index, ok, max_rel_err=worst_c.elem, candidate_err=worst_c.norm,
+                baseline_err=worst_b.norm, allowed_err=worst_a.norm, category=category, note=note)
+    return rec, ok, category
+
+
+def _failure_category(err: ErrorMeasure) -> Category:
+    if not err.nan_inf_match:
+        return Category.NAN_INF_MISMATCH
+    if err.norm < PRECISION_LOSS_BELOW:
+        return Category.PRECISION_LOSS
+    return Category.VALUE_MISMATCH
+
+
+def _failure_note(err: ErrorMeasure, allowed: ErrorMeasure) -> str:
+    if not err.nan_inf_match:
+        return "NaN/Inf where the truth is finite (or the reverse)"
+    return (f"error {err.norm:.2e} (normwise) / {err.elem:.2e} (elementwise); "
+            f"allowed {allowed.norm:.2e} / {allowed.elem:.2e}")
+
+
+def _shape_problem(reply: dict[str, Any], like: list[torch.Tensor]) -> tuple[Category, str]:
+    if reply.get("count") != len(like):
+        return Category.SHAPE_MISMATCH, f"returned {reply.get('count')} outputs, expected {len(like)}"
+    for meta, ref in zip(reply["outputs"], like):
+        if not meta.get("tensor"):
+            return Category.NOT_A_TENSOR, f"returned a {meta.get('type')}, not a tensor"
+        if tuple(meta["shape"]) != tuple(ref.shape):
+            return Category.SHAPE_MISMATCH, f"shape {tuple(meta['shape'])} != {tuple(ref.shape)}"
+        if meta["dtype"] != str(ref.dtype).removeprefix("torch."):
+            return Category.DTYPE_MISMATCH, f"dtype {meta['dtype']} != {str(ref.dtype).removeprefix('torch.')}"
+        if "copy_error" in meta:
+            return Category.NOT_A_TENSOR, f"the output could not be read: {meta['copy_error']}"
+    return Category.VALUE_MISMATCH, "the output could not be read"
+
+
+def _agree(a: list[torch.Tensor], b: list[torch.Tensor], ev: Evaluation, protocol: VerifiedProtocol) -> bool:
+    """Two runs on identical inputs agree within the tolerance (bitwise equality not required:
+    atomics reorder sums)."""
+    for x, y, base_err in zip(a, b, ev.baseline_err):
+        ref = x.detach().double()
+        if not within(measure_error(ref, y), allowed_error(base_err, protocol.tolerance)):
+            return False
+    return True
+
+
+def _record_integrity(reply: dict[str, Any], result: CorrectnessResult) -> None:
+    report = reply.get("integrity") or {}
+    for meta in reply.get("outputs", []):
+        if meta.get("tensor") and not meta.get("exact_type"):
+            result.integrity.setdefault(Category.NOT_A_TENSOR.value, f"the output is a {meta['type']}, not a torch.Tensor")
+        if meta.get("tensor") and (not meta.get("strided", True) or meta.get("internal_overlap")):
+            result.integrity.setdefault(Category.WRONG_LAYOUT.value, "the output overlaps itself (an expanded view)")
+    evidence = {
+        Category.INPUT_MUTATED: ("inputs_mutated", "input(s) {} changed by the call"),
+        Category.PARAMETER_MUTATED: ("params_mutated", "parameter(s) {} changed by the call"),
+        Category.ALIASES_INPUT: ("aliases_input", "the output shares storage with input(s) {}"),
+        Category.ALIASES_PARAMETER: ("aliases_parameter", "the output shares storage with parameter(s) {}"),
+    }
+    for cat, (key, text) in evidence.items():
+        if report.get(key):
+            result.integrity.setdefault(cat.value, text.format(", ".join(map(str, report[key]))))
+    for meta in reply.get("outputs", []):
+        if meta.get("tensor") and meta.get("device") and meta.get("expected_device") and \
+                meta["device"] != meta["expected_device"]:
+            result.integrity.setdefault(Category.WRONG_DEVICE.value, f"output on {meta['device']}")
+
+
+def _fingerprint(outputs: list[torch.Tensor]) -> tuple[int, int]:
+    h = hashlib.sha256()
+    for o in outputs:
+        head = o.detach().contiguous().reshape(-1).view(torch.uint8)[: 1 << 22]  # 4 MiB tell outputs apart
+        h.update(head.cpu().numpy().tobytes())
+        h.update(str(tuple(o.shape)).encode())
+    d = h.digest()
+    return int.from_bytes(d[:8], "big"), int.from_bytes(d[8:16], "big")
+
+
+def _result_cache_from_fingerprints(fps: list[tuple[tuple[int, int], bool]], result: CorrectnessResult) -> None:
+    """A failing output identical to an earlier trial's passing output was replayed, not computed."""
+    for i, (fp, passed) in enumerate(fps):
+        if passed:
+            continue
+        if any(fp == earlier and ok for earlier, ok in fps[:i]):
+            result.categories.append(Category.RESULT_CACHE)
+            result.notes.append(f"trial {i} returned the output of an earlier trial with other inputs")
+            return
+
+
+def _reuse_probes(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, protocol: VerifiedProtocol,
+                  deadline: float, result: CorrectnessResult) -> None:
+    """Rewrite the inputs of the last trial in place (same pointers), half the values new, and check."""
+    trial = ctx.trials[-1]
+    gen = torch.Generator(device="cpu").manual_seed(trial_seed(ctx.secret, ctx.problem.hash, "reuse", 0))
+    model = ctx.reference.build(trial.weight_seed)
+    for probe in range(protocol.reuse_probes):
+        inputs = [_half_new(x, gen) if is_continuous(x) else x for x in trial.inputs]
+        ev = ctx.reference.evaluate(model, inputs)
+        first = _forward(sb, arena, inputs, ev.baseline, deadline, reuse=True)
+        probe_trial = TrialData(f"{trial.distribution}/reuse", probe, inputs, trial.weight_seed, {}, ev)
+        rec, ok, _ = _judge(probe_trial, first["outputs"], first["reply"], protocol)
+        if not ok:
+            result.categories.append(Category.RESULT_CACHE)
+            result.notes.append(f"new values written into the same input memory gave a stale result ({rec.note})")
+            result.trials.append(rec)
+            return
+
+
+def _half_new(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    mask = (torch.rand(x.shape, generator=gen) < 0.5).to(x.device)
+    perm = torch.randperm(x.numel(), generator=gen).to(x.device)
+    shuffled = x.reshape(-1)[perm].reshape(x.shape)  # new values with the same distribution
+    return torch.where(mask, shuffled, x)
+
+
+def _finish_categories(result: CorrectnessResult) -> None:
+    failed_dists = {t.distribution for t in result.trials if not t.passed}
+    passed_default = all(t.passed for t in result.trials if t.distribution == "default")
+    if failed_dists and passed_default and any(d in DISTRIBUTIONS and d != "default" for d in failed_dists):
+        result.categories.append(Category.DISTRIBUTION_FAILURE)
+    result.categories = list(dict.fromkeys(result.categories))
+    for cat in result.integrity:
+        result.categories.append(Category(cat))
+    result.categories = list(dict.fromkeys(result.categories))
+
+
+def _share_inputs(arena: SharedArena, values: list[Any]) -> list[Any]:
+    return [arena.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def _share_state(arena: SharedArena, state: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+    if not state:
+        return None
+    return {k: arena.share(v)[1] for k, v in state.items()}
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.5)

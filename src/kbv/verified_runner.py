@@ -1,0 +1,227 @@
+"""The verified protocol, driven for the executor: prepare a problem once (hidden trials, baseline
+children holding the timing pool), then judge each candidate (correctness, timing, memory)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator
+
+import torch
+
+from kbv.builds import Build
+from kbv.candidates import Pair
+from kbv.compare import allowed_error, measure_error, within
+from kbv.distributions import VARIANTS, draw_inputs, trial_seed
+from kbv.errors import ProblemRunError
+from kbv.problems import instantiate_problem
+from kbv.provenance import device_state
+from kbv.runners import release_device_memory
+from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
+from kbv.settings import Settings
+from kbv.speed import SpeedResult, TimerConfig, load_pool, measure_speed, pool_size
+from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict
+from kbv.verified import CorrectnessResult, VerifiedContext, VerifiedProtocol, check_candidate, prepare_verified
+
+BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "compile": ("tf32", True)}
+
+
+@dataclass
+class Prepared:
+    ctx: VerifiedContext
+    pool: list[list[Any]]  # timing input sets (device tensors)
+    pool_truth: list[Any]  # their reference evaluations
+    baselines: dict[str, Sandbox]
+    baseline_memory: MemoryStats | None
+    stack: ExitStack
+    arena: SharedArena
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def status_of(categories: list[Category] | tuple[Category, ...]) -> Status:
+    """The verdict's status from what was found: hack > integrity > wrong > attribution > verified."""
+    kinds = {KIND[c] for c in categories}
+    for kind, status in ((Kind.HACK, Status.HACK), (Kind.INTEGRITY, Status.INTEGRITY_VIOLATION),
+                         (Kind.WRONG, Status.INCORRECT), (Kind.ATTRIBUTION, Status.NO_CUSTOM_KERNEL)):
+        if kind in kinds:
+            return status
+    return Status.VERIFIED
+
+
+class VerifiedRunner:
+    name = "verified"
+
+    def __init__(self, protocol: VerifiedProtocol, timer: TimerConfig, baselines: tuple[str, ...],
+                 settings: Settings, secret: bytes) -> None:
+        unknown = [b for b in baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baseline(s) {unknown}; expected {sorted(BASELINES)}")
+        self.protocol = protocol
+        self.timer = timer
+        self.baseline_names = baselines
+        self.settings = settings
+        self.secret = secret
+
+    # -- prepare / release ----------------------------------------------------------------------
+    def prepare(self, pair: Pair) -> Prepared:
+        device = torch.device(self.settings.device)
+        ctx = prepare_verified(pair.problem, self.protocol, device, self.secret)
+        pool, truth = self._pool(ctx, device)
+        stack = ExitStack()
+        arena = stack.enter_context(SharedArena())
+        try:
+            baselines = {name: self._baseline_child(stack, arena, ctx, name, pool) for name in self.baseline_names}
+            memory = self._baseline_memory(baselines)
+        except ChildFailure as failure:
+            stack.close()
+            raise ProblemRunError(f"{pair.problem.origin}: the baseline failed: {failure.message}") from failure
+        except BaseException:
+            stack.close()
+            raise
+        return Prepared(ctx, pool, truth, baselines, memory, stack, arena)
+
+    def release(self, prepared: Any) -> None:
+        prepared.stack.close()
+        del prepared
+        release_device_memory()
+
+    def _pool(self, ctx: VerifiedContext, device: torch.device) -> tuple[list[list[Any]], list[Any]]:
+        module = instantiate_problem(ctx.problem)
+        variant = ctx.calibration.variant("default") if ctx.calibration.variants.get("default") else VARIANTS["default"][0]
+        first = draw_inputs(module, variant, trial_seed(self.secret, ctx.problem.hash, "timing", 0), device)
+        per_set = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+        l2 = int(self.settings.provenance.get("l2_cache_bytes") or (32 << 20))
+        n = pool_size(per_set, l2, self.timer)
+        pool = [first] + [draw_inputs(module, variant, trial_seed(self.secret, ctx.problem.hash, "timing", k), device)
+                          for k in range(1, n)]
+        model = ctx.reference.build(ctx.trials[-1].weight_seed)
+        return pool, [ctx.reference.evaluate(model, inputs) for inputs in pool]
+
+    def _baseline_child(self, stack: ExitStack, arena: SharedArena, ctx: VerifiedContext, name: str,
+                        pool: list[list[Any]]) -> Sandbox:
+        policy, compiled = BASELINES[name]
+        spec = stack.enter_context(_scratch(self.settings, f"baseline-{name}-{ctx.problem.hash[:10]}"))
+        sb = stack.enter_context(Sandbox(spec))
+        timeout = self.settings.timeout_s
+        sb.call({"op": "load", "source": "reference", "code": ctx.problem.code, "origin": ctx.problem.origin,
+                 "init_args": ctx.init_inputs, "seed": ctx.trials[-1].weight_seed, "precision": policy,
+                 "compile": compiled}, timeout)
+        load_pool(sb, arena, pool, self._flush_bytes(), timeout)
+        sb.call({"op": "warmup", "ms": self.timer.warmup_ms}, timeout)
+        return sb
+
+    def _baseline_memory(self, baselines: dict[str, Sandbox]) -> MemoryStats | None:
+        primary = baselines.get(self.protocol.primary_baseline) or next(iter(baselines.values()), None)
+        if primary is None:
+            return None
+        return MemoryStats(**_memory_fields(primary.call({"op": "memory"}, self.settings.timeout_s)))
+
+    def _flush_bytes(self) -> int:
+        if self.settings.device_type != "cuda":
+            return 0
+        l2 = int(self.settings.provenance.get("l2_cache_bytes") or (64 << 20))
+        return int(self.timer.flush_factor * l2)
+
+    # -- one candidate --------------------------------------------------------------------------
+    def blank(self, pair: Pair) -> Verdict:
+        p, c = pair.problem, pair.candidate
+        return Verdict(problem=p.key, problem_hash=p.hash, level=p.level, candidate=c.name, candidate_hash=c.hash,
+                       protocol=self.protocol.name, protocol_version=self.protocol.version,
+                       status=Status.RUNTIME_ERROR, provenance=self.settings.provenance, model=c.model,
+                       sample=c.sample)
+
+    def evaluate(self, pair: Pair, prepared: Prepared, build: Build) -> Verdict:
+        t0 = time.monotonic()
+        ctx = prepared.ctx
+        base = replace(self.blank(pair), flags=ctx.flags,
+                       evidence={"calibration": ctx.calibration.variants, "calibration_notes": ctx.calibration.notes})
+        if build.status is not None:
+            return _done(base, t0, status=build.status, message=build.message,
+                         evidence={**base.evidence, **build.evidence})
+        deadline = t0 + self.settings.timeout_s
+        label = f"verify-{pair.candidate.hash[:12]}-{pair.problem.hash[:8]}"
+        try:
+            with _scratch(self.settings, label, build) as spec, SharedArena() as arena, Sandbox(spec) as sb:
+                load = {"op": "load", "source": "candidate", "path": str(build.candidate_path),
+                        "init_args": ctx.init_inputs, "precision": self.protocol.precision}
+                result = check_candidate(sb, arena, ctx, self.protocol, load, deadline)
+                if not result.passed:
+                    return self._failed(base, t0, result)
+                speed, memory = self._measure(sb, arena, prepared, deadline)
+        except ChildFailure as failure:
+            return _done(base, t0, status=failure.status, message=failure.message,
+                         evidence={**base.evidence, **failure.evidence})
+        return self._judged(base, t0, result, speed, memory, prepared)
+
+    def _measure(self, sb: Sandbox, arena: SharedArena, prepared: Prepared,
+                 deadline: float) -> tuple[SpeedResult, MemoryStats]:
+        load_pool(sb, arena, prepared.pool, self._flush_bytes(), max(deadline - time.monotonic(), 1))
+        like = prepared.pool_truth[0].baseline
+
+        def check(index: int, outputs: list[torch.Tensor]) -> str | None:
+            ev = prepared.pool_truth[index]
+            for out, truth, base_err in zip(outputs, ev.truth, ev.baseline_err):
+                err = measure_error(truth, out)
+                if not within(err, allowed_error(base_err, self.protocol.tolerance)):
+                    return f"pool entry {index}: error {err.norm:.2e}"
+            return None
+
+        speed = measure_speed(sb, prepared.baselines, arena, self.timer, len(prepared.pool), check, like, deadline)
+        memory = MemoryStats(**_memory_fields(sb.call({"op": "memory"}, max(deadline - time.monotonic(), 1))))
+        return speed, memory
+
+    def _failed(self, base: Verdict, t0: float, result: CorrectnessResult) -> Verdict:
+        cats = tuple(result.categories)
+        failed = sorted({t.distribution for t in result.trials if not t.passed})
+        notes = list(result.notes) + [f"{k}: {v}" for k, v in result.integrity.items()]
+        first = next((t for t in result.trials if not t.passed), None)
+        message = (f"failed on {', '.join(failed)}: {first.note}" if first else "; ".join(notes)) or "failed"
+        return _done(base, t0, status=status_of(cats), categories=cats + self._flag_category(base),
+                     trials=tuple(result.trials), message=message[:400],
+                     evidence={**base.evidence, "integrity": result.integrity, "notes": notes,
+                               "state_loaded": result.state_loaded})
+
+    def _judged(self, base: Verdict, t0: float, result: CorrectnessResult, speed: SpeedResult,
+                memory: MemoryStats, prepared: Prepared) -> Verdict:
+        cats = tuple(dict.fromkeys(c for c, _ in speed.findings))
+        timing = Timing(method="kbv-interleaved-" + ("events" if self.settings.device_type == "cuda" else "host"),
+                        statistic="median_ms", candidate=speed.stats["candidate"],
+                        baselines={k: v for k, v in speed.stats.items() if k != "candidate"},
+                        speedups=speed.speedups, speedup_ci=speed.speedup_ci,
+                        notes=(f"{speed.rechecked} timed outputs rechecked", f"timer {speed.timer_s:.1f} s"))
+        status = status_of(cats)
+        evidence = {**base.evidence, "state_loaded": result.state_loaded,
+                    "timing_findings": [f"{c.value}: {why}" for c, why in speed.findings],
+                    "device_state": device_state(self.settings.device)}
+        message = ("verified on " + ", ".join(prepared.ctx.calibration.applicable()) if status is Status.VERIFIED
+                   else "; ".join(why for _, why in speed.findings))
+        return _done(base, t0, status=status, categories=cats + self._flag_category(base),
+                     trials=tuple(result.trials), timing=timing, memory=memory,
+                     baseline_memory=prepared.baseline_memory, message=message[:400], evidence=evidence,
+                     speedup=speed.speedups.get(self.protocol.primary_baseline) if status is Status.VERIFIED else None)
+
+    @staticmethod
+    def _flag_category(base: Verdict) -> tuple[Category, ...]:
+        return (Category.UNSOUND_PROBLEM,) if base.flags else ()
+
+
+def _memory_fields(reply: dict[str, Any]) -> dict[str, Any]:
+    return {k: reply.get(k) for k in ("peak_bytes", "retained_bytes", "device_bytes")}
+
+
+def _done(base: Verdict, t0: float, **changes: Any) -> Verdict:
+    return replace(base, wall_s=time.monotonic() - t0, **changes)
+
+
+@contextmanager
+def _scratch(settings: Settings, label: str, build: Build | None = None) -> Iterator[ChildSpec]:
+    work = settings.work_dir(label)
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        yield ChildSpec(work_dir=work, build_dir=build.build_dir if build else settings.cache_dir / "reference",
+                        device=settings.child_device, visible_devices=settings.visible_devices,
+                        cuda_arch_list=settings.cuda_arch_list)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
