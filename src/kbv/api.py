@@ -50,6 +50,7 @@ class EvalConfig:
     baselines: tuple[str, ...] = ("eager-tf32",)  # timed under the verified protocol
     trials: int = 2  # verified trials per distribution
     ci_target: float = 0.01  # verified timer: relative CI half-width to reach
+    timer_budget_s: float = 30.0  # verified timer: wall-clock cap per pair
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,9 @@ def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
     if config.trials < 1 or not 0 < config.ci_target < 1:
         raise UsageError("--trials must be >= 1 and --ci-target between 0 and 1.")
     protocol = VerifiedProtocol(trials_per_distribution=config.trials, precision=config.precision)
-    timer = TimerConfig(stop=StopRule(target=config.ci_target))
+    if config.timer_budget_s <= 0:
+        raise UsageError("--timer-budget must be positive.")
+    timer = TimerConfig(stop=StopRule(target=config.ci_target, max_time_s=config.timer_budget_s))
     secret = config.seed.to_bytes(16, "big", signed=True) if config.seed is not None else os.urandom(32)
     settings.provenance["verified_secret_sha256"] = hashlib.sha256(secret).hexdigest()[:16]
     if config.seed is not None:

@@ -71,6 +71,7 @@ def eval_command(
     baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
     trials: int = typer.Option(2, help="Verified trials per hidden distribution."),
     ci_target: float = typer.Option(0.01, help="Verified timer: stop when each median's CI half-width is below this."),
+    timer_budget: float = typer.Option(30.0, help="Verified timer: wall-clock seconds at most per pair."),
     output: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Evaluate candidates against their problems."""
@@ -80,7 +81,7 @@ def eval_command(
                         run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
-                        trials=trials, ci_target=ci_target)
+                        trials=trials, ci_target=ci_target, timer_budget_s=timer_budget)
     with _errors():
         _check_format(output, ("table", "json"))
         with _progress() as progress:
