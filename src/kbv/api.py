@@ -51,6 +51,7 @@ class EvalConfig:
     trials: int = 2  # verified trials per distribution
     ci_target: float = 0.01  # verified timer: relative CI half-width to reach
     timer_budget_s: float = 30.0  # verified timer: wall-clock cap per pair
+    min_custom_share: float = 0.0  # verified: least share of time in the candidate's own kernels
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,10 @@ def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
         baselines = (primary,) + baselines
     if config.trials < 1 or not 0 < config.ci_target < 1:
         raise UsageError("--trials must be >= 1 and --ci-target between 0 and 1.")
-    protocol = VerifiedProtocol(trials_per_distribution=config.trials, precision=config.precision)
+    if not 0 <= config.min_custom_share <= 1:
+        raise UsageError("--min-custom-share must be between 0 and 1.")
+    protocol = VerifiedProtocol(trials_per_distribution=config.trials, precision=config.precision,
+                                min_custom_share=config.min_custom_share)
     if config.timer_budget_s <= 0:
         raise UsageError("--timer-budget must be positive.")
     timer = TimerConfig(stop=StopRule(target=config.ci_target, max_time_s=config.timer_budget_s))

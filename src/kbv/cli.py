@@ -26,6 +26,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 problems_app = typer.Typer(no_args_is_help=True, help="Inspect problem sets.")
 app.add_typer(problems_app, name="problems")
 
+
+def _register_optional_commands() -> None:
+    from kbv.generate.command import generate_command
+
+    app.command("generate", help="Ask an LLM for kernels, one turn each (KernelBench-style prompts).")(generate_command)
+
+
+_register_optional_commands()
+
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
@@ -72,6 +81,7 @@ def eval_command(
     trials: int = typer.Option(2, help="Verified trials per hidden distribution."),
     ci_target: float = typer.Option(0.01, help="Verified timer: stop when each median's CI half-width is below this."),
     timer_budget: float = typer.Option(30.0, help="Verified timer: wall-clock seconds at most per pair."),
+    min_custom_share: float = typer.Option(0.0, help="Verified: least share of device time in the candidate's own kernels (0-1)."),
     output: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Evaluate candidates against their problems."""
@@ -81,7 +91,8 @@ def eval_command(
                         run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
-                        trials=trials, ci_target=ci_target, timer_budget_s=timer_budget)
+                        trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
+                        min_custom_share=min_custom_share)
     with _errors():
         _check_format(output, ("table", "json"))
         with _progress() as progress:

@@ -99,7 +99,7 @@ class LocalExecutor(Executor):
 
     def _start_build(self, pair: Pair) -> Future[Build]:
         cand = pair.candidate
-        if cand.no_code or not cand.backend.runs_on(self.settings.device_type) or not needs_build(cand):
+        if cand.no_code or not needs_build(cand):
             done: Future[Build] = Future()
             done.set_result(prepare_candidate(cand, self.settings) if not cand.no_code else None)  # type: ignore[arg-type]
             return done
@@ -117,17 +117,25 @@ class LocalExecutor(Executor):
             return early
         build = build_future.result()
         context = self._context(runner, pair)
-        return runner.evaluate(pair, context, build)
+        return self._maybe_skipped(runner.evaluate(pair, context, build), pair)
+
+    def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
+        """A candidate whose backend this device cannot run, and which failed to build or run here,
+        is skipped rather than counted as a failure (a CUDA kernel on --device cpu). One that ran (a
+        silent fallback to PyTorch, say) keeps its verdict."""
+        backend = pair.candidate.backend
+        failed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CUDA_ERROR)
+        if failed and not backend.runs_on(self.settings.device_type):
+            return replace(verdict, status=Status.SKIPPED, categories=(),
+                           message=f"a {backend.value} candidate cannot run on {self.settings.device} "
+                                   f"({verdict.message[:150]})")
+        return verdict
 
     def _early_verdict(self, job: Job) -> Verdict | None:
-        """Verdicts decided without running anything: no code, or a backend this device cannot run."""
-        cand = job.pair.candidate
-        runner = self.runners[job.protocol]
-        if cand.no_code:
+        """Verdicts decided without running anything: a generated reply without code."""
+        if job.pair.candidate.no_code:
+            runner = self.runners[job.protocol]
             return replace(runner.blank(job.pair), status=Status.NO_CODE, message="the reply held no code block")
-        if not cand.backend.runs_on(self.settings.device_type):
-            return replace(runner.blank(job.pair), status=Status.SKIPPED,
-                           message=f"a {cand.backend.value} candidate cannot run on {self.settings.device}")
         return None
 
     def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:

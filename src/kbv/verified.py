@@ -40,6 +40,7 @@ class VerifiedProtocol:
     tolerance: Tolerance = field(default_factory=Tolerance)
     precision: str = "tf32"  # the baseline's (and the candidate's) float32 policy: tf32 | fp32
     reuse_probes: int = 3  # same-pointer, new-value probes against result caches
+    min_custom_share: float = 0.0  # least share of device time in the candidate's own kernels
     name: str = "verified"
 
     @property
@@ -126,6 +127,7 @@ class CorrectnessResult:
     integrity: dict[str, Any]  # category value -> evidence
     state_loaded: bool | None
     notes: list[str]
+    hacks: dict[str, str] = field(default_factory=dict)  # category value -> evidence (runtime guards)
 
     @property
     def passed(self) -> bool:
@@ -148,6 +150,7 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
         outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
         fingerprints.append(outcome)
     _result_cache_from_fingerprints(fingerprints, result)
+    _constant_output(fingerprints, result)
     if result.passed:
         _reuse_probes(sb, arena, ctx, protocol, deadline, result)
     _finish_categories(result)
@@ -160,6 +163,7 @@ def _run_trial(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: Veri
     first = _forward(sb, arena, trial.inputs, like, deadline, poison=float("nan"), checks=True, keep=True)
     second = _forward(sb, arena, trial.inputs, like, deadline, poison=SENTINEL)
     _record_integrity(first["reply"], result)
+    record_guards(first["reply"].get("integrity") or {}, result.hacks)
     trial_rec, passed, category = _judge(trial, first["outputs"], first["reply"], protocol)
     if first["outputs"] is not None and second["outputs"] is not None:
         agree = _agree(first["outputs"], second["outputs"], trial.evaluation, protocol)
@@ -271,6 +275,29 @@ def _record_integrity(reply: dict[str, Any], result: CorrectnessResult) -> None:
             result.integrity.setdefault(Category.WRONG_DEVICE.value, f"output on {meta['device']}")
 
 
+def record_guards(report: dict[str, Any], hacks: dict[str, str]) -> None:
+    """Hack evidence from the child's guards around one checked call."""
+    from kbv.sandbox.guards import TIMER_NAMES
+
+    guards = report.get("guards") or {}
+    for category, evidence in guards.get("events", []):
+        hacks.setdefault(Category(category).value, evidence)
+    for name in guards.get("tampered", []):
+        cat = Category.TIMER_PATCH if name in TIMER_NAMES else Category.HARNESS_PATCH
+        hacks.setdefault(cat.value, f"{name} was replaced after the candidate was imported")
+    if report.get("deferred"):
+        hacks.setdefault(Category.DEFERRED_WORK.value, "the output changed after the call had returned")
+    if report.get("unjoined"):
+        hacks.setdefault(Category.SIDE_STREAM.value,
+                         "the output was still being written, at return, by work the current stream does not wait for")
+    threads = report.get("threads")
+    if threads and threads[1][0] > threads[0][0]:
+        hacks.setdefault(Category.THREAD_INJECTION.value,
+                         f"{threads[1][0] - threads[0][0]} Python thread(s) still running after the call")
+    if report.get("flags_changed"):
+        hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
+
+
 def _fingerprint(outputs: list[torch.Tensor]) -> tuple[int, int]:
     h = hashlib.sha256()
     for o in outputs:
@@ -290,6 +317,16 @@ def _result_cache_from_fingerprints(fps: list[tuple[tuple[int, int], bool]], res
             result.categories.append(Category.RESULT_CACHE)
             result.notes.append(f"trial {i} returned the output of an earlier trial with other inputs")
             return
+
+
+def _constant_output(fps: list[tuple[tuple[int, int], bool]], result: CorrectnessResult) -> None:
+    """Identical failing outputs for different inputs: the output ignores its input (a hard-coded
+    constant, not lost precision)."""
+    failing = [fp for fp, ok in fps if not ok]
+    if len(failing) >= 2 and len(set(failing)) == 1 and len(fps) >= 2 and len({fp for fp, _ in fps}) == 1:
+        result.categories = [c for c in result.categories if c is not Category.PRECISION_LOSS]
+        result.categories.insert(0, Category.VALUE_MISMATCH)
+        result.notes.append("the same output for every input: it does not depend on its input")
 
 
 def _reuse_probes(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, protocol: VerifiedProtocol,
@@ -324,7 +361,7 @@ def _finish_categories(result: CorrectnessResult) -> None:
     if failed_dists and passed_default and any(d in DISTRIBUTIONS and d != "default" for d in failed_dists):
         result.categories.append(Category.DISTRIBUTION_FAILURE)
     result.categories = list(dict.fromkeys(result.categories))
-    for cat in result.integrity:
+    for cat in list(result.integrity) + list(result.hacks):
         result.categories.append(Category(cat))
     result.categories = list(dict.fromkeys(result.categories))
 

@@ -11,10 +11,11 @@ from typing import Any, Iterator
 
 import torch
 
+from kbv.attribution import Attribution, attribute
 from kbv.builds import Build
 from kbv.candidates import Pair
 from kbv.compare import allowed_error, measure_error, within
-from kbv.distributions import VARIANTS, draw_inputs, trial_seed
+from kbv.distributions import draw_inputs, trial_seed
 from kbv.errors import ProblemRunError
 from kbv.problems import instantiate_problem
 from kbv.provenance import device_state
@@ -88,14 +89,21 @@ class VerifiedRunner:
         release_device_memory()
 
     def _pool(self, ctx: VerifiedContext, device: torch.device) -> tuple[list[list[Any]], list[Any]]:
+        """Timing inputs drawn round-robin from every applicable distribution: a kernel that bypasses
+        work on the problem's own (often degenerate) inputs is timed on realistic ones too."""
         module = instantiate_problem(ctx.problem)
-        variant = ctx.calibration.variant("default") if ctx.calibration.variants.get("default") else VARIANTS["default"][0]
-        first = draw_inputs(module, variant, trial_seed(self.secret, ctx.problem.hash, "timing", 0), device)
+        dists = ctx.calibration.applicable()
+
+        def draw(k: int) -> list[Any]:
+            dist = dists[k % len(dists)]
+            return draw_inputs(module, ctx.calibration.variant(dist), trial_seed(self.secret, ctx.problem.hash,
+                                                                               f"timing/{dist}", k), device)
+
+        first = draw(0)
         per_set = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
         l2 = int(self.settings.provenance.get("l2_cache_bytes") or (32 << 20))
-        n = pool_size(per_set, l2, self.timer)
-        pool = [first] + [draw_inputs(module, variant, trial_seed(self.secret, ctx.problem.hash, "timing", k), device)
-                          for k in range(1, n)]
+        n = max(pool_size(per_set, l2, self.timer), len(dists))
+        pool = [first] + [draw(k) for k in range(1, n)]
         model = ctx.reference.build(ctx.trials[-1].weight_seed)
         return pool, [ctx.reference.evaluate(model, inputs) for inputs in pool]
 
@@ -149,15 +157,35 @@ class VerifiedRunner:
                 result = check_candidate(sb, arena, ctx, self.protocol, load, deadline)
                 if not result.passed:
                     return self._failed(base, t0, result)
+                load_pool(sb, arena, prepared.pool, self._flush_bytes(), _left(deadline))
+                attribution = attribute(sb.call({"op": "attribution"}, _left(deadline)), pair.candidate.code,
+                                        self.settings.device_type)
+                base = replace(base, evidence={**base.evidence, "attribution": _attribution_evidence(attribution)})
+                lacking = self._lacking_custom(attribution)
+                if lacking is not None:
+                    return _done(base, t0, status=Status.NO_CUSTOM_KERNEL, categories=(lacking[0],),
+                                 trials=tuple(result.trials), message=lacking[1])
                 speed, memory = self._measure(sb, arena, prepared, deadline)
         except ChildFailure as failure:
-            return _done(base, t0, status=failure.status, message=failure.message,
+            cats = (Category.PROCESS_ESCAPE,) if failure.evidence.get("returncode") == 0 else ()
+            return _done(base, t0, status=failure.status, message=failure.message, categories=cats,
                          evidence={**base.evidence, **failure.evidence})
         return self._judged(base, t0, result, speed, memory, prepared)
 
+    def _lacking_custom(self, a: Attribution) -> tuple[Category, str] | None:
+        if a.custom_launches == 0:
+            return (Category.NO_CUSTOM_KERNEL,
+                    "no kernel of the candidate's own ran: the work was done by library code "
+                    f"({len(a.kernels)} device kernels, none the candidate's)" if a.kernels else
+                    "no kernel of the candidate's own ran (no extension function or Triton kernel was launched)")
+        if a.custom_share < self.protocol.min_custom_share:
+            return (Category.LOW_CUSTOM_SHARE,
+                    f"the candidate's own kernels took {100 * a.custom_share:.0f}% of the time, "
+                    f"below the required {100 * self.protocol.min_custom_share:.0f}%")
+        return None
+
     def _measure(self, sb: Sandbox, arena: SharedArena, prepared: Prepared,
                  deadline: float) -> tuple[SpeedResult, MemoryStats]:
-        load_pool(sb, arena, prepared.pool, self._flush_bytes(), max(deadline - time.monotonic(), 1))
         like = prepared.pool_truth[0].baseline
 
         def check(index: int, outputs: list[torch.Tensor]) -> str | None:
@@ -205,6 +233,16 @@ class VerifiedRunner:
     @staticmethod
     def _flag_category(base: Verdict) -> tuple[Category, ...]:
         return (Category.UNSOUND_PROBLEM,) if base.flags else ()
+
+
+def _attribution_evidence(a: Attribution) -> dict[str, Any]:
+    top = sorted(a.kernels, key=lambda k: -k[1])[:10]
+    return {"custom_launches": a.custom_launches, "custom_share": round(a.custom_share, 4),
+            "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.5)
 
 
 def _memory_fields(reply: dict[str, Any]) -> dict[str, Any]:

@@ -216,7 +216,7 @@ def _translate_error(openai: Any, exc: Exception, timeout_s: float) -> ChatError
     if isinstance(exc, openai.APITimeoutError):
         return ChatError(f"timed out after {timeout_s:g} s", ErrorKind.TRANSIENT)
     if isinstance(exc, openai.APIConnectionError):
-        return ChatError(f"connection error: {exc}", ErrorKind.TRANSIENT)
+        return ChatError(f"connection error: {exc.__cause__ or exc}", ErrorKind.TRANSIENT)  # the socket's reason
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         body = getattr(exc, "body", None)

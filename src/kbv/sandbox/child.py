@@ -56,6 +56,14 @@ class Child:
 
             torch.zeros(1, device=self.device)  # create the context before taking the floor
             self.device_floor = device_in_use(self.device)
+        from kbv.sandbox.guards import Guards
+
+        allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
+                                   ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME", "KBV_BUILD_DIR")]
+        self.guards = Guards(allowed)
+        self.guards.install()  # before any candidate import
+        self.calls = 0
+        self.flags_after_load: dict[str, Any] = {}
 
     # -- commands -----------------------------------------------------------------------------
     def op_hello(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -84,6 +92,7 @@ class Child:
             torch.manual_seed(cmd["seed"])
             if self.device.type == "cuda":
                 torch.cuda.manual_seed(cmd["seed"])
+        self.guards.phase = "init"
         with torch.no_grad():
             model = self.model_class(*init_args)
             if isinstance(model, torch.nn.Module):
@@ -94,11 +103,13 @@ class Child:
         self.model = None  # the previous model goes before the next one is measured
         self.model = model
         self.sync()
+        self.flags_after_load = snapshot_flags()
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
         return {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
 
     def _model_class(self, cmd: dict[str, Any]) -> Any:
         if cmd["source"] == "candidate":
+            self.guards.phase = "import"
             module = _import_candidate(cmd["path"])
             cls = getattr(module, "ModelNew", None)
             if cls is None:
@@ -130,14 +141,24 @@ class Child:
         before_params = ig.snapshot(params) if checks else []
         if cmd.get("poison") is not None:
             ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, cmd["poison"])
+        threads_before = self.guards.threads()
+        self.guards.phase = "call"
         with torch.no_grad():
             result = self.model(*args)
-        self.sync()
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        unjoined = ig.unjoined_work(outs, self.device) if checks else False
+        self.sync()
+        self.guards.phase = "harness"
+        self.calls += 1
         meta = [{**ig.describe_output(o), "expected_device": str(self.device)} for o in outs]
         report: dict[str, Any] = {}
         if checks:
             report = {
+                "deferred": ig.changes_later(outs, self.clock),
+                "unjoined": unjoined,
+                "threads": [threads_before, self.guards.threads()],
+                "guards": self.guards.report(),
+                "flags_changed": self._flags_changed(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),
                 "params_mutated": [names[i] for i in ig.changed(before_params, params)],
                 "aliases_input": sorted({i for o in outs if isinstance(o, torch.Tensor)
@@ -147,6 +168,28 @@ class Child:
             }
         copied = self._copy_out(outs, buffers, meta)
         return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report}
+
+    def _flags_changed(self) -> dict[str, Any]:
+        from kbv.precision import snapshot_flags
+
+        now = snapshot_flags()
+        return {k: [v, now.get(k)] for k, v in self.flags_after_load.items() if now.get(k) != v}
+
+    def op_attribution(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """One forward on the pool's first set with launch counters (and, on GPU, the profiler)."""
+        from kbv.attribution import profile_forward
+
+        torch = self.torch
+        args = self.pool[0] if self.pool else [self._arg(a) for a in cmd["inputs"]]
+        with torch.no_grad():
+            self.model(*args)  # warm: compilation and autotuning stay out
+            self.sync()
+            self.guards.launches.clear()
+            self.guards.launch_s.clear()
+            self.guards.phase = "call"
+            result = profile_forward(self.model, args, self.device, self.clock)
+            self.guards.phase = "harness"
+        return {**result, "launches": dict(self.guards.launches), "launch_s": dict(self.guards.launch_s)}
 
     def _inputs(self, cmd: dict[str, Any]) -> list[Any]:
         """The forward's arguments. `reuse` writes the new values into the tensors kept by an earlier
@@ -224,10 +267,13 @@ class Child:
                 self._copy_out(outs, [self._arg(h, to_device=False) for h in recheck[i]],
                                [{} for _ in outs])
 
+        self.guards.phase = "timing"
         with self.torch.no_grad():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
                                self.flush, keep)
-        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "tampered": self.clock.tampered()}
+        self.guards.phase = "harness"
+        return {"device_ms": block.device_ms, "host_ms": block.host_ms,
+                "tampered": sorted(set(self.clock.tampered()) | set(self.guards.tampered()))}
 
     def op_memory(self, cmd: dict[str, Any]) -> dict[str, Any]:
         from dataclasses import asdict

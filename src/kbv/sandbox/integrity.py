@@ -87,3 +87,43 @@ def describe_output(out: Any) -> dict[str, Any]:
             "device": str(out.device), "strided": out.layout == torch.strided,
             "internal_overlap": out.layout == torch.strided and any(
                 st == 0 and sz > 1 for st, sz in zip(out.stride(), out.shape))}
+
+
+def fingerprint(outs: Sequence[Any]) -> list[int]:
+    """A cheap content hash per tensor output (bytes summed with position weights)."""
+    prints = []
+    for o in outs:
+        if not isinstance(o, torch.Tensor) or type(o) is not torch.Tensor or o.numel() == 0:
+            prints.append(0)
+            continue
+        b = bitwise_view(o)
+        if b.numel() > 1 << 24:  # a strided sample keeps big outputs cheap to fingerprint
+            b = b[:: b.numel() // (1 << 24) + 1]
+        b = b.to(torch.int64)
+        weights = torch.arange(1, b.numel() + 1, device=b.device, dtype=torch.int64) % 65521
+        prints.append(int((b * weights).sum()) ^ int(b.sum()))
+    return prints
+
+
+def changes_later(outs: Sequence[Any], clock: Any, wait_s: float = 0.02) -> bool:
+    """Whether an output changes after the call returned and the device was synchronised (a thread or
+    a late stream still writing)."""
+    import time
+
+    first = fingerprint(outs)
+    time.sleep(wait_s)
+    clock.sync()
+    return fingerprint(outs) != first
+
+
+def unjoined_work(outs: Sequence[Any], device: torch.device) -> bool:
+    """Whether, at return, an output is still being written by work the current stream does not wait
+    for: a copy taken in stream order right away differs from the output once the device is idle."""
+    if device.type != "cuda":
+        return False
+    tensors = [o for o in outs if type(o) is torch.Tensor and o.is_cuda and o.numel()]
+    if not tensors:
+        return False
+    early = [t.clone() for t in tensors]  # enqueued on the current stream, no synchronisation
+    torch.cuda.synchronize(device)
+    return any(not torch.equal(bitwise_view(e), bitwise_view(t)) for e, t in zip(early, tensors))

@@ -1,0 +1,83 @@
+"""Attribution: which kernels ran in one forward, and whether they are the candidate's own.
+
+Child side (`profile_forward`): one forward under `torch.profiler` on GPU, listing device kernels
+and their device time; on CPU, the forward's wall time (the guards count launches of the
+candidate's extension functions and Triton kernels, and time spent in them).
+Parent side (`attribute`): a kernel is the candidate's own when its name carries one of the kernel
+names the candidate's source defines (`__global__` functions, `@triton.jit` functions), or when it
+was launched by one of the candidate's extension functions and is not a library kernel. The custom
+share is the candidate's kernels' share of device time (of wall time on CPU).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+_LIBRARY = re.compile(r"(^|[^a-z])(at::native|cublas|cudnn|cutlass_\d|sm\d+_xmma|xmma_|ampere_|volta_|turing_|"
+                      r"hopper_|gemv|gemm|splitk|memcpy|memset|elementwise_kernel|reduce_kernel|"
+                      r"triton_(poi|red|per|tem)_|cudaMemcpy|nvjet)", re.IGNORECASE)
+_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+([A-Za-z_]\w*)")
+_TRITON_DEF = re.compile(r"@\s*triton\.jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
+
+
+def kernel_names(source: str) -> list[str]:
+    """Names of the kernels a candidate's source defines (CUDA `__global__` and Triton `@triton.jit`)."""
+    return sorted(set(_GLOBAL.findall(source)) | set(_TRITON_DEF.findall(source)))
+
+
+def profile_forward(fn: Any, args: Sequence[Any], device: Any, clock: Any) -> dict[str, Any]:
+    """One profiled forward. Returns {"wall_ms", "kernels": [{"name", "us", "in_ext"}]}."""
+    import torch
+
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn(*args)
+        return {"wall_ms": (time.perf_counter() - t0) * 1e3, "kernels": []}
+    from torch.profiler import ProfilerActivity, profile
+
+    clock.sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    kernels = []
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
+            kernels.append({"name": ev.name, "us": float(getattr(ev, "device_time", 0.0) or ev.cuda_time)})
+    return {"wall_ms": wall_ms, "kernels": kernels}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    custom_launches: int
+    custom_share: float  # of device time (GPU) or wall time (CPU), 0..1
+    kernels: tuple[tuple[str, float, bool], ...] = ()  # (name, us, custom)
+    launches: dict[str, int] = field(default_factory=dict)
+
+
+def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attribution:
+    """Classify a child's attribution reply against the candidate's source."""
+    launches = {k: int(v) for k, v in reply.get("launches", {}).items()}
+    custom_launches = sum(launches.values())
+    if device_type != "cuda":
+        wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
+        share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
+        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches)
+    names = kernel_names(source)
+    rows = []
+    for k in reply.get("kernels", []):
+        name = str(k["name"])
+        own = any(n in name for n in names) or (custom_launches > 0 and not _LIBRARY.search(name) and
+                                                  not name.startswith(("Memcpy", "Memset")))
+        rows.append((name[:200], float(k["us"]), own))
+    total = sum(us for _, us, _ in rows)
+    custom = sum(us for _, us, own in rows if own)
+    share = custom / total if total > 0 else 0.0
+    if not any(own for *_, own in rows):
+        custom_launches = 0  # counters fired, but no device kernel of the candidate's ran
+    return Attribution(custom_launches, share, tuple(rows), launches)

@@ -1,0 +1,267 @@
+"""Runtime guards, installed in the child BEFORE candidate code is imported.
+
+- an audit hook (it cannot be removed once added) records process creation, writes outside the
+  allowed directories, network connections and dynamic library loads;
+- a snapshot of the identities of timing, comparison and tensor primitives, compared after import and
+  after every call (monkey-patching);
+- thread counts, Python-level and OS-level, around each call;
+- launch counters on the candidate's own kernels: the functions of every extension it builds through
+  `torch.utils.cpp_extension.load_inline`/`load`, and every Triton `@jit` launch (attribution).
+
+All of it is evidence for the parent; the parent decides. Toolchain processes (compilers, ninja,
+ptxas, ldconfig) are allowed: building extensions and Triton kernels spawns them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+_TOOLCHAIN = ("ninja", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "ptxas", "cicc", "fatbinary",
+              "nvlink", "ld", "ld.gold", "ldconfig", "cuobjdump", "which", "uname", "hipcc", "as", "ar",
+              "collect2", "cc1plus", "cc1", "cudafe++")
+_WRITE_MODES = ("w", "a", "x", "+")
+
+# name -> getter of the object whose identity must not change
+_PROTECTED: dict[str, Callable[[], Any]] = {}
+
+
+def _protected() -> dict[str, Callable[[], Any]]:
+    import json
+
+    import torch
+
+    table: dict[str, Callable[[], Any]] = {
+        "time.perf_counter": lambda: time.perf_counter,
+        "time.time": lambda: time.time,
+        "time.monotonic": lambda: time.monotonic,
+        "torch.allclose": lambda: torch.allclose,
+        "torch.equal": lambda: torch.equal,
+        "torch.isclose": lambda: torch.isclose,
+        "torch.testing.assert_close": lambda: torch.testing.assert_close,
+        "torch.Tensor.__eq__": lambda: torch.Tensor.__eq__,
+        "torch.Tensor.copy_": lambda: torch.Tensor.copy_,
+        "torch.Tensor.clone": lambda: torch.Tensor.clone,
+        "torch.Tensor.detach": lambda: torch.Tensor.detach,
+        "torch.Tensor.to": lambda: torch.Tensor.to,
+        "torch.Tensor.cpu": lambda: torch.Tensor.cpu,
+        "torch.manual_seed": lambda: torch.manual_seed,
+        "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+        "torch.cuda.Event": lambda: torch.cuda.Event,
+        "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
+        "torch.cuda.Event.elapsed_time": lambda: torch.cuda.Event.elapsed_time,
+        "torch.cuda.Event.synchronize": lambda: torch.cuda.Event.synchronize,
+        "json.dumps": lambda: json.dumps,
+        "os.write": lambda: os.write,
+    }
+    for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up")),
+                       ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output")),
+                       ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
+                       ("kbv.memory", ("measure_forward",))):
+        for name in names:
+            table[f"{mod}.{name}"] = functools.partial(lambda m, n: getattr(sys.modules[m], n), mod, name)
+    return table
+
+
+TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
+               "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
+               "kbv.timing.time_block", "kbv.timing.time_kernelbench", "kbv.timing.warm_up")
+
+
+class Guards:
+    """Child-side evidence collection. One instance per child, installed once."""
+
+    def __init__(self, allowed_dirs: list[str]) -> None:
+        self.allowed = [os.path.realpath(d) for d in allowed_dirs if d]
+        self.events: list[tuple[str, str]] = []  # (category value, evidence)
+        self.phase = "startup"
+        self.launches: dict[str, int] = {}
+        self.launch_s: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._snapshot: dict[str, Any] = {}
+        self._getters: dict[str, Callable[[], Any]] = {}
+
+    # -- installation ---------------------------------------------------------------------------
+    def install(self) -> None:
+        import kbv.memory  # noqa: F401  (bound before the candidate can reach it)
+        import kbv.sandbox.integrity  # noqa: F401
+        import kbv.timing  # noqa: F401
+
+        self._getters = _protected()
+        self._snapshot = {k: _safe(g) for k, g in self._getters.items()}
+        sys.addaudithook(self._audit)
+        self._wrap_extension_loaders()
+        self._wrap_triton()
+        self._wrap_thread_start()
+
+    def _wrap_thread_start(self) -> None:
+        original = threading.Thread.start
+        guards = self
+
+        @functools.wraps(original)
+        def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+            if guards.phase != "harness" and guards.phase != "startup":
+                guards._note("thread_injection", f"thread {thread.name!r} started during {guards.phase}")
+            return original(thread, *args, **kwargs)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.phase == "harness":
+            return
+        try:
+            if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(m in args[1] for m in _WRITE_MODES):
+                self._check_write(args[0])
+            elif event in ("os.remove", "os.rename", "os.rmdir", "shutil.rmtree", "os.truncate"):
+                self._check_write(args[0])
+            elif event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"):
+                self._check_process(args)
+            elif event in ("os.fork", "os.forkpty", "os.system"):
+                self._note("process_escape", f"{event} during {self.phase}")
+            elif event == "socket.connect":
+                self._note("process_escape", f"network connection to {args[1]!r} during {self.phase}")
+        except Exception:  # an audit hook must never break the candidate's own call
+            pass
+
+    def _check_write(self, path: Any) -> None:
+        if isinstance(path, int):
+            return
+        real = os.path.realpath(os.fsdecode(path))
+        if real.startswith(("/dev/", "/proc/self/", f"/proc/{os.getpid()}/")) or any(real == d or real.startswith(d + os.sep) for d in self.allowed):
+            return
+        self._note("file_write", f"write to {real} during {self.phase}")
+
+    def _check_process(self, args: tuple[Any, ...]) -> None:
+        exe = args[0] if args else ""
+        argv = args[1] if len(args) > 1 else None
+        name = os.path.basename(os.fsdecode(exe)) if isinstance(exe, (str, bytes, os.PathLike)) else ""
+        if (not name or name in ("python", "python3")) and argv:
+            first = argv[0] if isinstance(argv, (list, tuple)) and argv else argv
+            name = os.path.basename(os.fsdecode(first)) if isinstance(first, (str, bytes)) else str(first)
+        if name.split()[0] in _TOOLCHAIN or name.startswith(("x86_64", "aarch64")):
+            return
+        self._note("process_escape", f"started process {name or exe!r} during {self.phase}")
+
+    def _note(self, category: str, evidence: str) -> None:
+        with self._lock:
+            if len(self.events) < 50:
+                self.events.append((category, evidence))
+
+    # -- attribution counters -------------------------------------------------------------------
+    def _wrap_extension_loaders(self) -> None:
+        from torch.utils import cpp_extension
+
+        for name in ("load_inline", "load"):
+            original = getattr(cpp_extension, name)
+
+            @functools.wraps(original)
+            def loader(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                module = __original(*args, **kwargs)
+                return _CountingModule(module, self)
+
+            setattr(cpp_extension, name, loader)
+            self._snapshot[f"torch.utils.cpp_extension.{name}"] = loader
+            self._getters[f"torch.utils.cpp_extension.{name}"] = functools.partial(getattr, cpp_extension, name)
+
+    def _wrap_triton(self) -> None:
+        classes = []
+        try:
+            from triton.runtime.jit import JITFunction
+            classes.append(JITFunction)
+            from triton.runtime.interpreter import InterpretedFunction  # TRITON_INTERPRET=1 (CPU)
+            classes.append(InterpretedFunction)
+        except Exception:
+            pass
+        for cls in classes:
+            cls.run = self._counting_run(cls.run)
+
+    def _counting_run(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        guards = self
+
+        @functools.wraps(original)
+        def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            fn = getattr(kernel, "fn", None)
+            name = f"triton:{getattr(fn, '__name__', None) or '?'}"
+            guards.count(name)
+            t0 = time.perf_counter()
+            try:
+                return original(kernel, *args, **kwargs)
+            finally:
+                guards.add_time(name, time.perf_counter() - t0)
+
+        return run
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self.launches[name] = self.launches.get(name, 0) + 1
+
+    def add_time(self, name: str, seconds: float) -> None:
+        with self._lock:
+            self.launch_s[name] = self.launch_s.get(name, 0.0) + seconds
+
+    # -- per call ---------------------------------------------------------------------------------
+    def tampered(self) -> list[str]:
+        out = []
+        for name, getter in self._getters.items():
+            now = _safe(getter)
+            if now is not self._snapshot.get(name):
+                out.append(name)
+        return out
+
+    def threads(self) -> tuple[int, int]:
+        """(Python threads, OS threads of this process)."""
+        try:
+            os_threads = len(os.listdir("/proc/self/task"))
+        except OSError:
+            os_threads = -1
+        return threading.active_count(), os_threads
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            events = list(self.events)
+        return {"events": events, "tampered": self.tampered(), "launches": dict(self.launches),
+                "launch_s": dict(self.launch_s)}
+
+
+class _CountingModule:
+    """A built extension whose functions count their calls (launches of the candidate's own code)."""
+
+    def __init__(self, module: Any, guards: Guards) -> None:
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_guards", guards)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._module, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+        guards = self._guards
+        label = f"ext:{getattr(self._module, '__name__', '?')}.{name}"
+
+        @functools.wraps(attr)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            guards.count(label)
+            t0 = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                guards.add_time(label, time.perf_counter() - t0)
+
+        return counted
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._module, name, value)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._module)
+
+
+def _safe(getter: Callable[[], Any]) -> Any:
+    try:
+        return getter()
+    except Exception:
+        return None

@@ -1,0 +1,50 @@
+import os
+
+# Before torch is imported anywhere: the parent's idle OpenMP workers must sleep, not spin, or on a
+# 2-core box they steal the cores a sandbox child is being timed on (the CLI's main() does the same).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# Shared fixtures: a hermetic environment, one build cache per session, the `gpu` auto-skip, and
+# the small problem tree the evaluation tests share.
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from sources import RELU_PROBLEM, write_tree  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _restore_environ() -> Iterator[None]:
+    """Every test leaves os.environ as it found it."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build cache of the whole session: pass it as `cache_dir=` / `--cache-dir` to every
+    evaluation, so each C++ source is built once."""
+    return tmp_path_factory.mktemp("kbv-cache")
+
+
+@pytest.fixture(scope="session")
+def relu_problems(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A problem tree with one problem: level1/19_ReLU.py (ReLU of a 16x256 randn input)."""
+    return write_tree(tmp_path_factory.mktemp("problems"), {"level1/19_ReLU.py": RELU_PROBLEM})
