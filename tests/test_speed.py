@@ -1,0 +1,132 @@
+"""The verified timer and memory figures end to end on the CPU (host timer, RSS-based memory)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kbv.sandbox import ChildSpec, Sandbox, SharedArena
+from kbv.speed import TimerConfig, load_pool, measure_speed
+from kbv.stats import StopRule
+from kbv.verdict import Category
+
+PROBLEM = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+def get_inputs(): return [torch.rand(256, 1024)]
+def get_init_inputs(): return []
+"""
+FAT = """
+import torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        scratch = torch.ones(16 << 20)  # 64 MiB, touched
+        y = torch.tanh(x) * 2.0 + scratch[0] * 0
+        del scratch
+        return y
+"""
+PATCHER = """
+import time, torch
+_real = time.perf_counter
+time.perf_counter = lambda: _real() / 2
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+"""
+
+
+def _child(root: Path, name: str, load: dict) -> Sandbox:
+    sb = Sandbox(ChildSpec(work_dir=root / name, build_dir=root / "build", device="cpu"))
+    sb.start()
+    sb.call({"op": "load", **load}, 60)
+    return sb
+
+
+@pytest.fixture
+def children(tmp_path):
+    made = []
+
+    def make(name, load):
+        sb = _child(tmp_path, name, load)
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        sb.close()
+
+
+def _reference(origin="p.py"):
+    return {"source": "reference", "code": PROBLEM, "origin": origin, "precision": "tf32"}
+
+
+def _candidate(tmp_path, code, name):
+    path = tmp_path / f"{name}.py"
+    path.write_text(code)
+    return {"source": "candidate", "path": str(path), "precision": "tf32"}
+
+
+def _pool():
+    torch.manual_seed(0)
+    return [[torch.randn(256, 1024)] for _ in range(3)]
+
+
+def test_identical_implementations_time_equal_within_their_interval(children):
+    cand, base = children("cand", _reference()), children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.02, max_time_s=4.0), warmup_ms=50)
+    with SharedArena() as arena:
+        for sb in (cand, base):
+            load_pool(sb, arena, _pool(), 0, 60)
+        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
+                               [torch.empty(256, 1024)], time.monotonic() + 60)
+    lo, hi = result.speedup_ci["eager-tf32"]
+    assert lo <= result.speedups["eager-tf32"] <= hi
+    assert 0.8 < result.speedups["eager-tf32"] < 1.25
+    assert result.rechecked >= 1 and not result.findings
+    assert result.stats["candidate"].n >= config.stop.min_samples
+
+
+def test_a_wrong_timed_output_is_caught_by_the_recheck(children):
+    cand, base = children("cand", _reference()), children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.02, max_time_s=2.0), warmup_ms=20)
+    with SharedArena() as arena:
+        for sb in (cand, base):
+            load_pool(sb, arena, _pool(), 0, 60)
+        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: "wrong on purpose",
+                               [torch.empty(256, 1024)], time.monotonic() + 60)
+    assert (Category.RESULT_CACHE, "a timed call returned a wrong output: wrong on purpose") in result.findings
+
+
+def test_a_patched_host_clock_is_reported(children, tmp_path):
+    cand = children("cand", _candidate(tmp_path, PATCHER, "patcher"))
+    base = children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.05, max_time_s=2.0), warmup_ms=20)
+    with SharedArena() as arena:
+        for sb in (cand, base):
+            load_pool(sb, arena, _pool(), 0, 60)
+        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
+                               [torch.empty(256, 1024)], time.monotonic() + 60)
+    assert any(c is Category.TIMER_PATCH and "time.perf_counter" in why for c, why in result.findings)
+    # the timer kept its own clock: the candidate's halved clock did not halve its times
+    assert result.speedups["eager-tf32"] < 1.5
+
+
+def test_memory_figures_see_a_64_mib_scratch_buffer_on_cpu(children, tmp_path):
+    fat = children("fat", _candidate(tmp_path, FAT, "fat"))
+    base = children("base", _reference())
+    figures = {}
+    with SharedArena() as arena:
+        for name, sb in (("fat", fat), ("base", base)):
+            load_pool(sb, arena, _pool(), 0, 60)
+            sb.call({"op": "warmup", "ms": 10}, 60)
+            figures[name] = sb.call({"op": "memory"}, 60)
+    if figures["base"]["peak_bytes"] < 0:
+        pytest.skip("this kernel does not expose VmHWM")
+    extra = figures["fat"]["peak_bytes"] - figures["base"]["peak_bytes"]
+    assert extra >= 60 << 20
+    assert figures["fat"]["retained_bytes"] < 32 << 20
