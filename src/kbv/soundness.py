@@ -94,6 +94,8 @@ def screen_trials(ctx: VerifiedContext, protocol: VerifiedProtocol,
                 flags.append(f"the output at other inputs passes on {dist}")
             if sensitivity:
                 flags += _insensitive_inputs(ctx, model, first, trials[1], protocol, dist)
+        for t in trials:
+            t.release()
     notes = []
     for name, dists in passes.items():
         if set(dists) == set(by_dist):

@@ -72,7 +72,8 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
                   pool_len: int, check: Callable[[int, list[torch.Tensor]], str | None],
                   output_like: list[torch.Tensor], deadline: float) -> SpeedResult:
     """Time the candidate against every baseline (all already hold the pool). `check(pool_index,
-    outputs)` returns why a timed output is wrong, or None."""
+    outputs)` returns why a timed output is wrong, or None; `output_like` gives the outputs' shapes
+    and dtypes (meta tensors will do)."""
     t0 = time.monotonic()
     sides = [_Side("candidate", candidate)] + [_Side(n, sb) for n, sb in baselines.items()]
     for side in sides:
@@ -115,7 +116,7 @@ def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_l
     side.host_ms += [float(x) for x in reply["host_ms"]]
     side.parent_ms.append(wall_ms / config.block)
     side.tampered.update(reply.get("tampered", []))
-    return [b.to(t.device) for (b, _), t in zip(buffers, output_like)] if recheck is not None else None
+    return [b for b, _ in buffers] if recheck is not None else None
 
 
 def _timer_findings(sides: list[_Side]) -> list[tuple[Category, str]]:

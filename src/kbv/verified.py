@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,14 +60,46 @@ class VerifiedProtocol:
         return _fingerprint(asdict(self))
 
 
-@dataclass
 class TrialData:
-    distribution: str
-    index: int
-    inputs: list[Any]
-    weight_seed: int
-    state: dict[str, torch.Tensor]
-    evaluation: Evaluation
+    """One hidden trial. Its inputs, weights and reference evaluation are made on first use; a trial
+    that is not `kept` (big problems) drops them again at `release()`, to be remade for the next
+    candidate: holding every trial of a multi-GB problem would not fit on the device."""
+
+    def __init__(self, distribution: str, index: int, weight_seed: int,
+                 make: Callable[[], tuple[list[Any], dict[str, torch.Tensor], Evaluation]], keep: bool = True,
+                 ) -> None:
+        self.distribution = distribution
+        self.index = index
+        self.weight_seed = weight_seed
+        self.keep = keep
+        self._make = make
+        self._data: tuple[list[Any], dict[str, torch.Tensor], Evaluation] | None = None
+
+    def _get(self) -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self._get()[0]
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        return self._get()[1]
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return self._get()[2]
+
+    def footprint_bytes(self) -> int:
+        inputs, state, ev = self._get()
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(state.values()) + ev.truth + ev.baseline
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def release(self) -> None:
+        if not self.keep:
+            self._data = None
 
 
 @dataclass
@@ -93,8 +126,9 @@ def prepare_verified(problem: Problem, protocol: VerifiedProtocol, device: torch
         calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
         calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
         del calib_model
-        trials = [_trial(reference, module, problem, protocol, secret, dist, i, calibration, device)
+        trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
                   for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
+        _keep_if_small(trials, device)
     except (ValueError, RuntimeError, TypeError, IndexError) as exc:
         raise ProblemRunError(f"{problem.origin}: the problem's own code failed under the verified protocol: "
                               f"{type(exc).__name__}: {exc}") from exc
@@ -107,15 +141,31 @@ def prepare_verified(problem: Problem, protocol: VerifiedProtocol, device: torch
     return ctx
 
 
-def _trial(reference: Reference, module: Any, problem: Problem, protocol: VerifiedProtocol, secret: bytes,
+KEEP_BUDGET_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}
+
+
+def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
            dist: str, index: int, calibration: Calibration, device: torch.device) -> TrialData:
     seed = trial_seed(secret, problem.hash, dist, index)
     weight_seed = trial_seed(secret, problem.hash, dist, index, "weights")
-    inputs = draw_inputs(module, calibration.variant(dist), seed, device)
-    model = reference.build(weight_seed)
-    state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
-             if isinstance(model, torch.nn.Module) else {})
-    return TrialData(dist, index, inputs, weight_seed, state, reference.evaluate(model, inputs))
+
+    def make() -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
+        inputs = draw_inputs(module, calibration.variant(dist), seed, device)
+        model = reference.build(weight_seed)
+        state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
+                 if isinstance(model, torch.nn.Module) else {})
+        return inputs, state, reference.evaluate(model, inputs)
+
+    return TrialData(dist, index, weight_seed, make)
+
+
+def _keep_if_small(trials: list[TrialData], device: torch.device) -> None:
+    """Keep every trial's tensors between candidates when they all fit the budget; else remake them."""
+    total = trials[0].footprint_bytes() * len(trials) if trials else 0
+    keep = total <= KEEP_BUDGET_BYTES.get(device.type, 1 << 30)
+    for t in trials:
+        t.keep = keep
+        t.release()
 
 
 # -- one candidate ------------------------------------------------------------------------------
@@ -149,10 +199,13 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
             loaded_seed = trial.weight_seed if trial.state else 0
         outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
         fingerprints.append(outcome)
+        if trial is not ctx.trials[-1]:
+            trial.release()
     _result_cache_from_fingerprints(fingerprints, result)
     _constant_output(fingerprints, result)
     if result.passed:
         _reuse_probes(sb, arena, ctx, protocol, deadline, result)
+    ctx.trials[-1].release()
     _finish_categories(result)
     return result
 
@@ -333,13 +386,15 @@ def _reuse_probes(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, protoco
                   deadline: float, result: CorrectnessResult) -> None:
     """Rewrite the inputs of the last trial in place (same pointers), half the values new, and check."""
     trial = ctx.trials[-1]
-    gen = torch.Generator(device="cpu").manual_seed(trial_seed(ctx.secret, ctx.problem.hash, "reuse", 0))
+    device = next((x.device for x in trial.inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    gen = torch.Generator(device=device).manual_seed(trial_seed(ctx.secret, ctx.problem.hash, "reuse", 0))
     model = ctx.reference.build(trial.weight_seed)
     for probe in range(protocol.reuse_probes):
         inputs = [_half_new(x, gen) if is_continuous(x) else x for x in trial.inputs]
         ev = ctx.reference.evaluate(model, inputs)
         first = _forward(sb, arena, inputs, ev.baseline, deadline, reuse=True)
-        probe_trial = TrialData(f"{trial.distribution}/reuse", probe, inputs, trial.weight_seed, {}, ev)
+        probe_trial = TrialData(f"{trial.distribution}/reuse", probe, trial.weight_seed,
+                                lambda inputs=inputs, ev=ev: (inputs, {}, ev))
         rec, ok, _ = _judge(probe_trial, first["outputs"], first["reply"], protocol)
         if not ok:
             result.categories.append(Category.RESULT_CACHE)
@@ -349,8 +404,8 @@ def _reuse_probes(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, protoco
 
 
 def _half_new(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    mask = (torch.rand(x.shape, generator=gen) < 0.5).to(x.device)
-    perm = torch.randperm(x.numel(), generator=gen).to(x.device)
+    mask = torch.rand(x.shape, generator=gen, device=x.device) < 0.5
+    perm = torch.randperm(x.numel(), generator=gen, device=x.device)
     shuffled = x.reshape(-1)[perm].reshape(x.shape)  # new values with the same distribution
     return torch.where(mask, shuffled, x)
 

@@ -7,7 +7,7 @@ import shutil
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -33,7 +33,8 @@ BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "comp
 class Prepared:
     ctx: VerifiedContext
     pool: list[list[Any]]  # timing input sets (device tensors)
-    pool_truth: list[Any]  # their reference evaluations
+    pool_truth: Callable[[int], Any]  # the reference evaluation of a pool entry (made on demand)
+    output_like: list[torch.Tensor]  # the outputs' shapes and dtypes (meta tensors)
     baselines: dict[str, Sandbox]
     baseline_memory: MemoryStats | None
     stack: ExitStack
@@ -69,7 +70,7 @@ class VerifiedRunner:
     def prepare(self, pair: Pair) -> Prepared:
         device = torch.device(self.settings.device)
         ctx = prepare_verified(pair.problem, self.protocol, device, self.secret)
-        pool, truth = self._pool(ctx, device)
+        pool, truth, like = self._pool(ctx, device)
         stack = ExitStack()
         arena = stack.enter_context(SharedArena())
         try:
@@ -81,14 +82,14 @@ class VerifiedRunner:
         except BaseException:
             stack.close()
             raise
-        return Prepared(ctx, pool, truth, baselines, memory, stack, arena)
+        return Prepared(ctx, pool, truth, like, baselines, memory, stack, arena)
 
     def release(self, prepared: Any) -> None:
         prepared.stack.close()
         del prepared
         release_device_memory()
 
-    def _pool(self, ctx: VerifiedContext, device: torch.device) -> tuple[list[list[Any]], list[Any]]:
+    def _pool(self, ctx: VerifiedContext, device: torch.device) -> tuple[list[list[Any]], Callable[[int], Any], list[Any]]:
         """Timing inputs drawn round-robin from every applicable distribution: a kernel that bypasses
         work on the problem's own (often degenerate) inputs is timed on realistic ones too."""
         module = instantiate_problem(ctx.problem)
@@ -105,7 +106,17 @@ class VerifiedRunner:
         n = max(pool_size(per_set, l2, self.timer), len(dists))
         pool = [first] + [draw(k) for k in range(1, n)]
         model = ctx.reference.build(ctx.trials[-1].weight_seed)
-        return pool, [ctx.reference.evaluate(model, inputs) for inputs in pool]
+        like = [torch.empty(o.shape, dtype=o.dtype, device="meta")
+                for o in ctx.reference.baseline_outputs(model, pool[0])]
+        memo: dict[int, Any] = {}
+
+        def truth(index: int) -> Any:
+            if index not in memo:
+                memo.clear()  # one evaluation at a time: they can be GBs each
+                memo[index] = ctx.reference.evaluate(model, pool[index])
+            return memo[index]
+
+        return pool, truth, like
 
     def _baseline_child(self, stack: ExitStack, arena: SharedArena, ctx: VerifiedContext, name: str,
                         pool: list[list[Any]]) -> Sandbox:
@@ -186,10 +197,10 @@ class VerifiedRunner:
 
     def _measure(self, sb: Sandbox, arena: SharedArena, prepared: Prepared,
                  deadline: float) -> tuple[SpeedResult, MemoryStats]:
-        like = prepared.pool_truth[0].baseline
+        like = prepared.output_like
 
         def check(index: int, outputs: list[torch.Tensor]) -> str | None:
-            ev = prepared.pool_truth[index]
+            ev = prepared.pool_truth(index)
             for out, truth, base_err in zip(outputs, ev.truth, ev.baseline_err):
                 err = measure_error(truth, out)
                 if not within(err, allowed_error(base_err, self.protocol.tolerance)):
