@@ -45,11 +45,26 @@ def profile_forward(fn: Any, args: Sequence[Any], device: Any, clock: Any) -> di
         fn(*args)
         torch.cuda.synchronize()
     wall_ms = (time.perf_counter() - t0) * 1e3
-    kernels = []
-    for ev in prof.events():
-        if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
-            kernels.append({"name": ev.name, "us": float(getattr(ev, "device_time", 0.0) or ev.cuda_time)})
-    return {"wall_ms": wall_ms, "kernels": kernels}
+    return {"wall_ms": wall_ms, "kernels": _device_kernels(prof)}
+
+
+def _device_kernels(prof: Any) -> list[dict[str, Any]]:
+    """Device kernels of a profile, from whichever form this PyTorch gives them in."""
+    import torch
+
+    kernels: list[dict[str, Any]] = []
+    try:
+        for ev in prof.events():
+            if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
+                us = getattr(ev, "device_time", None)
+                if us is None:
+                    us = getattr(ev, "cuda_time", 0.0)
+                kernels.append({"name": ev.name, "us": float(us or 0.0)})
+            for k in getattr(ev, "kernels", []) or []:  # older form: kernels hang off CPU events
+                kernels.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
+    except Exception as exc:  # attribution then falls back to launch counts
+        kernels.append({"name": f"<profiler failed: {type(exc).__name__}: {exc}>", "us": 0.0, "error": True})
+    return kernels
 
 
 @dataclass(frozen=True)
@@ -68,9 +83,15 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
         return Attribution(custom_launches, share if custom_launches else 0.0, (), launches)
+    if not any(not k.get("error") for k in reply.get("kernels", [])):  # no profile: launch counts decide
+        wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
+        share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
+        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches)
     names = kernel_names(source)
     rows = []
     for k in reply.get("kernels", []):
+        if k.get("error"):
+            continue
         name = str(k["name"])
         own = any(n in name for n in names) or (custom_launches > 0 and not _LIBRARY.search(name) and
                                                   not name.startswith(("Memcpy", "Memset")))
