@@ -28,7 +28,7 @@ _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 def scan_command(
     files: list[str] = typer.Argument(..., help="Candidate .py files to scan."),
     fp32: bool = typer.Option(True, "--fp32/--no-fp32",
-                              help="The problems are fp32: flag half/bf16/TF32 casts (--no-fp32 for fp16/bf16 problems)."),
+                              help="The problems are fp32: flag half/bf16/TF32 casts (--no-fp32 for fp16/bf16)."),
     output: str = typer.Option("table", "--format", help="table or json"),
 ) -> None:
     """Statically scan candidates for hack patterns (streams, threads, patching, caches, casts, ...)."""
@@ -40,7 +40,8 @@ def scan_command(
         _fail(str(exc))
     rows = [(path, f) for path, code in sources for f in scan_source(code, fp32_problem=fp32)]
     if output == "json":
-        sys.stdout.write(json.dumps({"files": files, "findings": [finding_dict(p, f) for p, f in rows]}, indent=1) + "\n")
+        payload = {"files": files, "findings": [finding_dict(p, f) for p, f in rows]}
+        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
     else:
         Console().print(findings_table(rows, len(files)))
 

@@ -26,6 +26,7 @@ import binascii
 import builtins
 import codecs
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -54,10 +55,10 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("KBV-S202", "warning", C.THREAD_INJECTION, "starts threads (C++)"),
     Rule("KBV-S203", "warning", C.DEFERRED_WORK, "runs work after the call returned (callbacks, timers, exit hooks)"),
     Rule("KBV-S301", "error", C.TIMER_PATCH, "patches a timing function or class"),
-    Rule("KBV-S302", "error", C.HARNESS_PATCH, "patches an attribute of torch, triton, builtins, sys, os or the harness"),
+    Rule("KBV-S302", "error", C.HARNESS_PATCH, "patches torch, triton, builtins, sys, os or the harness"),
     Rule("KBV-S303", "warning", C.HARNESS_PATCH, "attribute name built at runtime (obfuscated getattr/setattr)"),
     Rule("KBV-S304", "warning", C.HARNESS_PATCH, "reseeds a global RNG (can regenerate the harness's inputs)"),
-    Rule("KBV-S401", "warning", C.HARNESS_PATCH, "introspection module or interpreter state (gc, inspect, importlib, builtins, sys.modules)"),
+    Rule("KBV-S401", "warning", C.HARNESS_PATCH, "introspection (gc, inspect, importlib, builtins, sys.modules)"),
     Rule("KBV-S402", "error", C.HARNESS_PATCH, "walks frames or the heap, or traces/reloads code"),
     Rule("KBV-S403", "warning", C.NOT_A_TENSOR, "tensor subclass or torch function hook (lazy outputs)"),
     Rule("KBV-S501", "error", C.RESULT_CACHE, "returns a stored result looked up by pointer/id/hash"),
@@ -67,12 +68,14 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("KBV-S505", "error", C.RESULT_CACHE, "memoizes forward"),
     Rule("KBV-S506", "warning", C.RESULT_CACHE, "memoized function called with forward's inputs"),
     Rule("KBV-S507", "warning", C.DISTRIBUTION_FAILURE, "forward returns early on a statistic of its input"),
+    Rule("KBV-S508", "error", C.RESULT_CACHE, "forward may return what an earlier call stored on self"),
+    Rule("KBV-S509", "warning", C.RESULT_CACHE, "C++ keeps tensors in static storage across calls"),
     Rule("KBV-S601", "warning", C.PRECISION_LOSS, "reduced-precision dtype or cast in an fp32 problem", True),
     Rule("KBV-S602", "warning", C.PRECISION_LOSS, "Triton dot in TF32 in an fp32 problem", True),
     Rule("KBV-S603", "info", C.PRECISION_LOSS, "tl.dot without input_precision is TF32 on fp32 operands", True),
-    Rule("KBV-S604", "warning", C.PRECISION_FLAGS, "enables reduced-precision math globally (TF32, reduced reductions)"),
+    Rule("KBV-S604", "warning", C.PRECISION_FLAGS, "enables reduced-precision math globally (TF32, ...)"),
     Rule("KBV-S605", "info", C.PRECISION_FLAGS, "changes a global torch backend flag"),
-    Rule("KBV-S606", "warning", C.PRECISION_LOSS, "half/bf16/fp8/TF32 types or math in CUDA/C++ in an fp32 problem", True),
+    Rule("KBV-S606", "warning", C.PRECISION_LOSS, "half/bf16/fp8/TF32 in CUDA/C++ in an fp32 problem", True),
     Rule("KBV-S607", "info", C.PRECISION_LOSS, "fast-math approximation in an fp32 problem", True),
     Rule("KBV-S701", "error", C.NO_CUSTOM_KERNEL, "ModelNew subclasses the reference Model and keeps its forward"),
     Rule("KBV-S702", "warning", C.NO_CUSTOM_KERNEL, "ModelNew subclasses the reference Model"),
@@ -80,11 +83,13 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("KBV-S704", "warning", C.HARNESS_PATCH, "imports the harness"),
     Rule("KBV-S705", "warning", C.NO_CUSTOM_KERNEL, "except handler falls back to torch compute"),
     Rule("KBV-S706", "info", C.NO_CUSTOM_KERNEL, "library compute in C++ (attribution decides)"),
-    Rule("KBV-S707", "info", C.NO_CUSTOM_KERNEL, "ModelNew calls torch library compute (attribution decides)"),
-    Rule("KBV-S708", "warning", C.NO_CUSTOM_KERNEL, "no custom kernel source (no load_inline/cpp_extension, no @triton.jit, no CUDA/C++ string)"),
+    Rule("KBV-S707", "info", C.NO_CUSTOM_KERNEL, "ModelNew.forward calls torch compute (attribution decides)"),
+    Rule("KBV-S708", "warning", C.NO_CUSTOM_KERNEL,
+         "no custom kernel source (no cpp_extension, no @triton.jit, no CUDA/C++ string)"),
     Rule("KBV-S709", "info", C.NO_CUSTOM_KERNEL, "torch.compile generates the kernels"),
+    Rule("KBV-S710", "warning", C.NO_CUSTOM_KERNEL, "custom kernel defined but never launched or called (decoy)"),
     Rule("KBV-S801", "warning", C.HARNESS_PATCH, "runs code built at runtime (exec, eval, compile, __import__)"),
-    Rule("KBV-S802", "warning", C.HARNESS_PATCH, "decodes or deserializes a payload (base64, codecs, marshal, pickle, zlib)"),
+    Rule("KBV-S802", "warning", C.HARNESS_PATCH, "decodes or deserializes a payload (base64, marshal, pickle, ...)"),
     Rule("KBV-S803", "error", C.HARNESS_PATCH, "executes a decoded payload"),
     Rule("KBV-S804", "warning", C.PROCESS_ESCAPE, "foreign function interface (ctypes, cffi, dlopen)"),
     Rule("KBV-S805", "error", C.PROCESS_ESCAPE, "raw process memory access"),
@@ -155,10 +160,13 @@ _ATTR_RULES: dict[str, str] = {
     "manual_seed": "KBV-S304",
 }
 
+_HARNESS_SOURCES = dict.fromkeys(("sys.modules", "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+                                  "sys._getframe", "inspect.currentframe", "inspect.stack",
+                                  "inspect.getouterframes"), "")
 _PATCH_ROOTS = frozenset({"torch", "triton", "time", "timeit", "builtins", "sys", "os", "gc", "numpy", "random",
                           "kbv", "kernelbench"})
 _TIMER_PARTS = frozenset({"Event", "elapsed_time", "record", "synchronize", "Timer", "do_bench", "do_bench_cudagraph",
-                          "benchmark", "profiler", "testing", "perf_counter", "perf_counter_ns", "monotonic",
+                          "benchmark", "profiler", "perf_counter", "perf_counter_ns", "monotonic",
                           "monotonic_ns", "process_time", "time", "time_ns"})
 _REDUCED_FLAGS = frozenset({"allow_tf32", "allow_fp16_reduced_precision_reduction",
                             "allow_bf16_reduced_precision_reduction", "fp32_precision"})
@@ -177,10 +185,17 @@ _TORCH_HELPERS = frozenset({
     "inference_mode", "set_grad_enabled", "is_grad_enabled", "load_inline", "load", "Parameter", "finfo", "iinfo",
     "device_count", "manual_seed", "numel", "is_floating_point",
 })
+# torch functions that move or reshape data: glue around a kernel, not the work itself.
+_TORCH_GLUE = frozenset({
+    "cat", "concat", "stack", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose",
+    "t", "narrow", "split", "chunk", "unbind", "broadcast_to", "broadcast_tensors", "movedim", "swapaxes",
+    "as_strided", "view_as_real", "view_as_complex", "contiguous", "clone", "empty_like", "zeros_like",
+})
 _HEAVY = frozenset({
     "matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "einsum", "tensordot", "chain_matmul", "linear", "bilinear",
     "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "softmax",
-    "log_softmax", "layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm", "scaled_dot_product_attention",
+    "log_softmax", "layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm",
+    "scaled_dot_product_attention",
     "multi_head_attention_forward", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool2d", "cross_entropy",
     "nll_loss", "mse_loss", "embedding", "cdist", "logsumexp", "cumsum", "cumprod", "sort", "topk", "lstm", "gru",
@@ -193,6 +208,7 @@ _DICT_MAKERS = frozenset({"builtins.dict", "collections.defaultdict", "collectio
                           "weakref.WeakValueDictionary", "weakref.WeakKeyDictionary"})
 _MEMOIZERS = frozenset({"functools.lru_cache", "functools.cache"})
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"exit", "quit"}
+_TRY_NODES = (ast.Try, getattr(ast, "TryStar", ast.Try))  # try/except* is Python 3.11+
 
 
 def scan_source(code: str, fp32_problem: bool = True) -> list[Finding]:
@@ -239,7 +255,8 @@ class _Names:
         self.literal: set[str] = set()  # names bound to a plain string literal
         self.values: dict[str, ast.expr] = {}  # name -> the expression last bound to it
         self.bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        self.bound |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        self.bound |= {n.name for n in ast.walk(tree)
+                       if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         self.bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
                        for a in (*n.posonlyargs, *n.args, *n.kwonlyargs, n.vararg, n.kwarg) if a is not None}
         for node in _in_order(tree):
@@ -248,6 +265,11 @@ class _Names:
             elif isinstance(node, ast.Assign):
                 for target in node.targets:
                     self._bind(target, node.value)
+            elif isinstance(node, ast.ClassDef):  # class attributes are reached as Cls.x and self.x too
+                for stmt in (b for b in node.body if isinstance(b, ast.Assign)):
+                    for t in (t for t in stmt.targets if isinstance(t, ast.Name)):
+                        for prefix in (node.name, "self"):
+                            self._bind(ast.Attribute(ast.Name(prefix, ast.Load()), t.id, ast.Store()), stmt.value)
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 self._bind(node.target, node.value)
             elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
@@ -292,6 +314,8 @@ class _Names:
             dotted = _dotted(node)
             if dotted is not None and dotted in self.aliases:
                 return self.aliases[dotted]
+            if node.attr == "__class__" and isinstance(node.value, ast.Call):  # torch.cuda.Event().__class__
+                return self.qual(node.value.func)
             base = self.qual(node.value)
             return f"{base}.{node.attr}" if base else None
         if isinstance(node, ast.Call):
@@ -311,6 +335,8 @@ class _Names:
             return f"{base}.{name or '?'}" if base else None
         if func in ("builtins.__import__", "importlib.import_module") and node.args:
             return self.string(node.args[0])
+        if func == "builtins.type" and len(node.args) == 1 and isinstance(node.args[0], ast.Call):
+            return self.qual(node.args[0].func)  # type(torch.cuda.Event()) is torch.cuda.Event
         if func == "builtins.vars" and node.args:
             base = self.qual(node.args[0])
             return f"{base}.__dict__" if base else None
@@ -439,6 +465,9 @@ class _PythonScan:
         self.imported_rules: set[str] = set()
         self.has_kernel = False
         self.layers = self.layer_attrs()
+        self.cpp_ids: Counter[str] = Counter()  # identifiers of every embedded C++ literal
+        self.cpp_kernels: list[tuple[str, int]] = []  # __global__ functions: (name, line)
+        self.tainted = self.harness_objects()
 
     def hit(self, rule_id: str, evidence: str, line: int | None, source: str = "python", where: str = "") -> None:
         if RULES[rule_id].fp32_only and not self.fp32:
@@ -451,15 +480,14 @@ class _PythonScan:
                 self.on_import(node)
         for node in ast.walk(self.tree):
             self.visit(node)
-        for cls in self.tree.body:
-            if isinstance(cls, ast.ClassDef) and cls.name == "ModelNew":
-                self.on_model_new(cls)
+        model_new = next((n for n in self.tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
+        if model_new is not None:
+            self.on_model_new(model_new)
         _CacheScan(self).run()
-        self.scan_strings()
-        has_model_new = any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in self.tree.body)
-        if has_model_new and not self.has_kernel:
-            self.hit("KBV-S708", "ModelNew", next(n.lineno for n in self.tree.body
-                                                  if isinstance(n, ast.ClassDef) and n.name == "ModelNew"))
+        self.scan_strings()  # sets has_kernel on any C++/CUDA source
+        self.scan_decoys()
+        if model_new is not None and not self.has_kernel:
+            self.hit("KBV-S708", "ModelNew", model_new.lineno)
         return self.found
 
     def visit(self, node: ast.AST) -> None:
@@ -467,7 +495,7 @@ class _PythonScan:
             self.on_assign(node)
         elif isinstance(node, ast.Call):
             self.on_call(node)
-        elif isinstance(node, (ast.Try, ast.TryStar)):
+        elif isinstance(node, _TRY_NODES):
             self.on_try(node)
         elif isinstance(node, ast.Raise) and node.exc is not None:
             exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
@@ -496,6 +524,30 @@ class _PythonScan:
                 self.hit(_MODULE_RULES[key], f"import {key}", node.lineno)
         if isinstance(node, ast.ImportFrom) and any(a.name == "Model" for a in node.names):
             self.hit("KBV-S703", f"from {'.' * node.level}{node.module or ''} import Model", node.lineno)
+
+    def harness_objects(self) -> set[str]:
+        """Names bound (by assignment, for-loop or comprehension) to objects reached through sys.modules, gc or
+        frames: whatever they are, they belong to someone else."""
+        tainted: set[str] = set()
+        bindings = [(n.targets, n.value) for n in _in_order(self.tree) if isinstance(n, ast.Assign)]
+        bindings += [([n.target], n.iter) for n in ast.walk(self.tree) if isinstance(n, (ast.For, ast.comprehension))]
+        for _ in range(3):  # chains: modules -> module -> cls
+            for targets, value in bindings:
+                if self.reaches_harness(value, tainted):
+                    tainted |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return tainted
+
+    def reaches_harness(self, expr: ast.AST, tainted: set[str] | None = None) -> bool:
+        tainted = self.tainted if tainted is None else tainted
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Name) and n.id in tainted:
+                return True
+            if isinstance(n, ast.Attribute) and n.attr in ("f_globals", "f_locals", "__globals__", "f_back"):
+                return True
+            qual = self.names.qual(n) if isinstance(n, (ast.Name, ast.Attribute)) else None
+            if qual is not None and _prefix_match(qual, _HARNESS_SOURCES) is not None:
+                return True
+        return False
 
     def on_use(self, node: ast.AST) -> None:
         line = getattr(node, "lineno", None)
@@ -537,14 +589,16 @@ class _PythonScan:
         value = getattr(node, "value", None)
         verb = "del" if isinstance(node, ast.Delete) else "assignment to"
         for target in _flat_targets(targets):
-            if isinstance(target, ast.Attribute):
-                base = self.names.qual(target.value)
-                if base is not None:
-                    self.patched(f"{base}.{target.attr}", f"{verb} {_text(target)}", node.lineno, value)
-            elif isinstance(target, ast.Subscript):
-                resolved = self.names.qual(target)
-                if resolved is not None:
-                    self.patched(resolved, f"{verb} {_text(target)}", node.lineno, value)
+            if not isinstance(target, (ast.Attribute, ast.Subscript)):
+                continue
+            resolved = self.names.qual(target.value) if isinstance(target, ast.Attribute) else self.names.qual(target)
+            if resolved is not None and isinstance(target, ast.Attribute):
+                resolved = f"{resolved}.{target.attr}"
+            if resolved is not None and resolved.split(".")[0] in _PATCH_ROOTS:
+                self.patched(resolved, f"{verb} {_text(target)}", node.lineno, value)
+            elif self.reaches_harness(target.value):
+                self.hit("KBV-S302", f"{verb} {_text(target)} (reached through sys.modules, gc or frames)",
+                         node.lineno)
 
     def patched(self, target: str, evidence: str, line: int, value: ast.AST | None) -> None:
         parts = target.split(".")
@@ -589,10 +643,12 @@ class _PythonScan:
     def on_setattr(self, obj: ast.AST, name_node: ast.AST, value: ast.AST | None, call: ast.Call) -> None:
         base, name = self.names.qual(obj), self.names.string(name_node)
         evidence = f"setattr({_text(obj, 30)}, {name!r})" if name else _text(call)
-        if base is not None:
+        if base is not None and base.split(".")[0] in _PATCH_ROOTS:
             self.patched(f"{base}.{name or '?'}", evidence, call.lineno, value)
-        elif name in ("elapsed_time", "record", "synchronize", "perf_counter", "do_bench"):
-            self.hit("KBV-S301", evidence, call.lineno)
+        elif self.reaches_harness(obj):
+            self.hit("KBV-S302", f"{evidence} (reached through sys.modules, gc or frames)", call.lineno)
+        elif name in ("elapsed_time", "perf_counter", "do_bench") and _dotted(obj) not in ("self", "cls"):
+            self.hit("KBV-S301", evidence, call.lineno)  # a timer's name on an object we could not resolve
 
     def on_exec(self, node: ast.Call, name: str) -> None:
         arg = node.args[0]
@@ -622,14 +678,17 @@ class _PythonScan:
 
     # fallbacks, classes, functions
 
-    def on_try(self, node: ast.Try | ast.TryStar) -> None:
+    def on_try(self, node: ast.Try) -> None:
         for handler in node.handlers:
-            calls = self.compute_calls(handler.body, heavy_only=False)
+            calls = self.compute_calls(handler.body, in_forward=False)
             if calls:
                 self.hit("KBV-S705", f"except at line {handler.lineno} calls {calls[0][0]}", handler.lineno)
 
-    def compute_calls(self, body: list[ast.stmt], heavy_only: bool) -> list[tuple[str, int]]:
-        """(evidence, line) of each torch compute call (or `@`, nn layer, .forward call) under `body`."""
+    def compute_calls(self, body: list[ast.stmt], in_forward: bool) -> list[tuple[str, int]]:
+        """(evidence, line) of each torch compute call (or `@`, nn layer, .forward call) under `body`.
+
+        In forward, tensor glue (torch.cat, torch.reshape, ...) is not compute; in an except handler
+        anything torch computes is a fallback, and so is calling some forward."""
         layers = self.layers
         out: list[tuple[str, int]] = []
         for node in (n for stmt in body for n in ast.walk(stmt)):
@@ -639,12 +698,13 @@ class _PythonScan:
                 continue
             qual, func = self.names.qual(node.func), node.func
             last = qual.rsplit(".", 1)[-1] if qual else ""
-            if qual and qual.startswith("torch.") and last not in _TORCH_HELPERS and (not heavy_only or last in _HEAVY):
+            if qual and qual.startswith("torch.") and last not in _TORCH_HELPERS and not (in_forward and (
+                    last in _TORCH_GLUE or last.startswith("_") or qual.startswith(("torch.cuda.", "torch.compile")))):
                 out.append((qual, node.lineno))
             elif _dotted(func) in layers:
                 out.append((f"{_dotted(func)} ({layers[_dotted(func) or '']})", node.lineno))
             elif isinstance(func, ast.Attribute) and qual is None and (
-                    func.attr in _HEAVY or (func.attr == "forward" and not heavy_only)):
+                    func.attr in _HEAVY or (func.attr == "forward" and not in_forward)):
                 out.append((f".{func.attr}()", node.lineno))
         return out
 
@@ -669,14 +729,14 @@ class _PythonScan:
         forward = methods.get("forward")
         if forward is None:
             return
-        for evidence, line in self.compute_calls(forward.body, heavy_only=True):
+        for evidence, line in self.compute_calls(forward.body, in_forward=True):
             self.hit("KBV-S707", evidence, line)
         self.on_probes(forward)
 
     def on_probes(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         params = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args, *forward.args.kwonlyargs)} - {"self"}
         for node in ast.walk(forward):
-            if not isinstance(node, ast.If) or not any(isinstance(n, ast.Return) for s in node.body for n in ast.walk(s)):
+            if not isinstance(node, ast.If) or not any(isinstance(n, ast.Return) for n in _walk_all(node.body)):
                 continue
             for call in (n for n in ast.walk(node.test) if isinstance(n, ast.Call)):
                 qual, func = self.names.qual(call.func) or "", call.func
@@ -720,6 +780,27 @@ class _PythonScan:
         for text, line in composites:
             self.scan_string(text, line, seen)
 
+    def scan_decoys(self) -> None:
+        """Kernels nobody launches: __global__ functions named once, @triton.jit functions never referenced,
+        load_inline functions never called."""
+        for name, line in self.cpp_kernels:
+            if self.cpp_ids[name] <= 1:
+                self.hit("KBV-S710", f"__global__ {name}", line, "cuda")
+        loads = {n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        attrs = {n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in loads and any(
+                    (self.names.qual(d.func if isinstance(d, ast.Call) else d) or "") == "triton.jit"
+                    for d in node.decorator_list):
+                self.hit("KBV-S710", f"@triton.jit {node.name}", node.lineno)
+            elif isinstance(node, ast.Call) and (self.names.qual(node.func) or "").startswith(
+                    "torch.utils.cpp_extension.load"):
+                listed = _keyword(node, "functions")
+                for fn in getattr(listed, "elts", []):
+                    name = self.names.string(fn)
+                    if name is not None and name not in attrs:
+                        self.hit("KBV-S710", f"load_inline function {name!r}", fn.lineno)
+
     def is_composite(self, node: ast.AST) -> bool:
         """The outermost node of a concatenation or join of known strings."""
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
@@ -731,9 +812,13 @@ class _PythonScan:
         """Scan one string; hits whose (rule, evidence) is in `skip` are dropped. Returns what it hit."""
         if _looks_like_cpp(text):
             self.has_kernel = True
-            source = "cuda" if "__global__" in text or "<<<" in text or "cuda" in text.lower() else "cpp"
+            source = "cuda" if any(m in text for m in _CUDA_MARKERS) else "cpp"
+            toks = cpp_tokens(text)
+            if not skip:  # a literal, not a concatenation of literals already seen
+                self.cpp_ids.update(t.split("::")[-1] for kind, t, _ in toks if kind == "id")
+                self.cpp_kernels += [(name, line + k - 1) for name, k in cpp_kernels(toks)]
             hits = [(r, e, line + k - 1, f" [{source} string at line {line}, line {k} within]")
-                    for r, e, k in scan_cpp(text)]
+                    for r, e, k in _cpp_hits(toks)]
         else:
             source = "python"
             hits = [(r, e, line, "") for r, e in _python_string_hits(text)]
@@ -766,7 +851,8 @@ class _CacheScan:
                 self.on_lookup(node, node.args[0], store=node.func.attr == "setdefault")
             elif isinstance(node, ast.Compare):
                 self.on_compare(node)
-            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Name) and node.value.id in self.replay_vars:
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Name) \
+                    and node.value.id in self.replay_vars:
                 kind = self.replay_vars[node.value.id]
                 self.scan.hit("KBV-S501" if kind == "pointer" else "KBV-S503", f"return {node.value.id}", node.lineno)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "forward":
@@ -840,7 +926,17 @@ class _CacheScan:
                 self.scan.hit("KBV-S502", _text(node), node.lineno)
             elif isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)) and any(
                     self.is_pointer(a) and not isinstance(b, ast.Constant) for a, b in ((left, right), (right, left))):
-                self.scan.hit("KBV-S502", _text(node), node.lineno)
+                guarded = self.guarded_return(node)
+                self.scan.hit("KBV-S501" if guarded else "KBV-S502", _text(node) + (": return" if guarded else ""),
+                              node.lineno)
+
+    def guarded_return(self, node: ast.expr) -> bool:
+        """Whether `node` is in an if-test whose body returns a value (a fast path taken on a match)."""
+        child, parent = node, self.scan.parents.get(node)
+        while isinstance(parent, ast.expr):
+            child, parent = parent, self.scan.parents.get(parent)
+        return isinstance(parent, ast.If) and child is parent.test and any(
+            isinstance(n, ast.Return) and n.value is not None for s in parent.body for n in ast.walk(s))
 
     def is_pointer(self, node: ast.AST) -> bool:
         """A pointer/id expression itself (not arithmetic on one, as in alignment checks)."""
@@ -853,6 +949,7 @@ class _CacheScan:
         return False
 
     def on_forward(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.on_replay(forward)
         memoized = {f.name for f in ast.walk(self.scan.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                     and any(self.names.qual(d.func if isinstance(d, ast.Call) else d) in _MEMOIZERS
                             for d in f.decorator_list)}
@@ -862,6 +959,21 @@ class _CacheScan:
             args = [*call.args, *(k.value for k in call.keywords)]
             if name in memoized and any(isinstance(a, ast.Name) and a.id in params for a in args):
                 self.scan.hit("KBV-S506", f"{name}({_text(args[0], 20)}, ...)", call.lineno)
+
+
+    def on_replay(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """`if <anything>: return self.last` where forward itself stores self.last: last-call replay."""
+        stored = {_dotted(t) for n in ast.walk(forward) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                  for t in _flat_targets(n.targets if isinstance(n, ast.Assign) else [n.target])}
+        for branch in (n for n in ast.walk(forward) if isinstance(n, ast.If)):
+            for ret in (r for s in branch.body for r in ast.walk(s) if isinstance(r, ast.Return)):
+                name = _dotted(ret.value) if ret.value is not None else None
+                if name is not None and name.startswith("self.") and name in stored:
+                    self.scan.hit("KBV-S508", f"if {_text(branch.test, 40)}: return {name}", ret.lineno)
+
+
+def _walk_all(stmts: list[ast.stmt]) -> Iterator[ast.AST]:
+    return (n for stmt in stmts for n in ast.walk(stmt))
 
 
 def _flat_targets(targets: Iterable[ast.expr]) -> Iterator[ast.expr]:
@@ -908,6 +1020,7 @@ def _looks_like_cpp(text: str) -> bool:
         "{" in text and "}" in text and ";" in text)
 
 
+_CUDA_MARKERS = ("__global__", "__device__", "__shared__", "<<<", "cuda_runtime", "cuda.h", "ATen/cuda")
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
 
 
@@ -947,7 +1060,8 @@ _CPP_NAMES: dict[str, str] = {
     **dict.fromkeys(("__expf", "__exp10f", "__logf", "__log2f", "__log10f", "__sinf", "__cosf", "__tanf", "__sincosf",
                      "__powf", "__fdividef"), "KBV-S607"),
     **dict.fromkeys(("dlopen", "dlsym"), "KBV-S804"),
-    **dict.fromkeys(("mprotect", "ptrace", "process_vm_writev", "process_vm_readv", "cuMemGetAddressRange"), "KBV-S805"),
+    **dict.fromkeys(("mprotect", "ptrace", "process_vm_writev", "process_vm_readv", "cuMemGetAddressRange"),
+                    "KBV-S805"),
     **dict.fromkeys(("fopen", "freopen", "ofstream", "fstream", "creat", "unlink"), "KBV-S806"),
     "dup2": "KBV-S807",
     **dict.fromkeys(("socket", "gethostbyname", "getaddrinfo", "curl_easy_init"), "KBV-S808"),
@@ -979,13 +1093,13 @@ _CPP_TOKEN = re.compile(r"""
   | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^()\\\s]{0,16})\(.*?\)(?P=delim)")
   | (?P<str>(?:u8|[uUL])?"(?:\\.|[^"\\\n])*"?) | (?P<chr>'(?:\\.|[^'\\\n])*'?)
   | (?P<num>\.?\d(?:[\w.']|[eEpP][+-])*) | (?P<id>[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*)
-  | (?P<op><<<|>>>|::|\#\#|->|.)
+  | (?P<op><<<|>>>|::|\#\#|->|==|!=|.)
 """, re.VERBOSE | re.DOTALL)
 _PTX_LOW = re.compile(r"\.(?:f16x2|f16|bf16x2|bf16|tf32|e4m3|e5m2)\b")
 
 
 def cpp_tokens(src: str) -> list[tuple[str, str, int]]:
-    """(kind, text, line) of C++ source, comments dropped; kinds: id (a::b::c merged), str, op. Lines from 1."""
+    """(kind, text, line) of C++ source, comments dropped; kinds: id (a::b::c merged), str, num, op. Lines from 1."""
     out: list[tuple[str, str, int]] = []
     line = 1
     for m in _CPP_TOKEN.finditer(src):
@@ -995,7 +1109,7 @@ def cpp_tokens(src: str) -> list[tuple[str, str, int]]:
             text = text[text.index("(") + 1: text.rindex(")")]
         elif kind == "str":
             text = text[text.index('"') + 1:].removesuffix('"')
-        if kind in ("id", "str", "op"):
+        if kind in ("id", "str", "op", "num"):
             out.append((kind, re.sub(r"\s+", "", text) if kind == "id" else text, line))
         line += m.group().count("\n")
     return out
@@ -1004,7 +1118,44 @@ def cpp_tokens(src: str) -> list[tuple[str, str, int]]:
 def scan_cpp(src: str) -> list[tuple[str, str, int]]:
     """(rule id, evidence, line within `src`) for one C++/CUDA source; comments and string literals are stripped,
     except that strings are searched for inline-PTX precision suffixes and /proc paths."""
-    toks = cpp_tokens(src)
+    return _cpp_hits(cpp_tokens(src))
+
+
+def _cpp_hits(toks: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    hits = _cpp_token_hits(toks)
+    statics = [h for h in hits if h[0] == "KBV-S509"]
+    for k, (kind, text, line) in enumerate(toks):
+        if kind == "op" and text in ("==", "!=") and _compares_pointer(toks, k):
+            # a pointer match next to tensors kept in static storage is a replay cache
+            hits.append(("KBV-S501" if statics else "KBV-S502", f"data_ptr() {text}", line))
+    return hits
+
+
+def _compares_pointer(toks: list[tuple[str, str, int]], k: int) -> bool:
+    """`x.data_ptr() == last` (not a null or alignment check such as `... % 16 == 0`)."""
+    def is_null(t: tuple[str, str, int]) -> bool:
+        return t[0] == "num" or t[1] in ("nullptr", "NULL")
+    left = [t[1] for t in toks[max(0, k - 6):k]]
+    right = [t[1] for t in toks[k + 1:k + 5]]
+    if "data_ptr" in left and k + 1 < len(toks):
+        return not is_null(toks[k + 1])
+    return "data_ptr" in right and k > 0 and not is_null(toks[k - 1])
+
+
+def _static_state(toks: list[tuple[str, str, int]], k: int) -> str | None:
+    """The type of a `static` variable declared at toks[k] when it holds tensors, else None (functions too)."""
+    decl = []
+    for _, text, _ in toks[k + 1:k + 40]:
+        if text in (";", "=", "{", "("):
+            if text == "(":
+                return None
+            break
+        decl.append(text)
+    held = [t for t in decl if t.split("::")[-1] in ("Tensor", "unordered_map", "map", "TensorList")]
+    return held[0] if held else None
+
+
+def _cpp_token_hits(toks: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
     hits: list[tuple[str, str, int]] = []
     for k, (kind, text, line) in enumerate(toks):
         prev = toks[k - 1][1] if k else ""
@@ -1017,11 +1168,27 @@ def scan_cpp(src: str) -> list[tuple[str, str, int]]:
                 hits.append(("KBV-S606", f"PTX {ptx.group()}", line))
             if "/proc/self/" in text:
                 hits.append(("KBV-S805", repr(text[:40]), line))
+        elif kind == "id" and text == "static" and (held := _static_state(toks, k)):
+            hits.append(("KBV-S509", f"static {held}", line))
         elif kind == "id":
             rule = _cpp_identifier_rule(text, prev, nxt)
             if rule is not None:
                 hits.append((rule, text, line))
     return hits
+
+
+def cpp_kernels(toks: list[tuple[str, str, int]]) -> list[tuple[str, int]]:
+    """(name, line) of each __global__ function defined or declared in the tokens."""
+    out = []
+    for k, (_, text, _) in enumerate(toks):
+        if text != "__global__":
+            continue
+        for j in range(k + 1, min(k + 16, len(toks) - 1)):  # past template args, qualifiers, launch bounds
+            kind, name, line = toks[j]
+            if kind == "id" and toks[j + 1][1] == "(" and name != "__launch_bounds__":
+                out.append((name, line))
+                break
+    return out
 
 
 def _cpp_identifier_rule(text: str, prev: str, nxt: str) -> str | None:

@@ -214,13 +214,13 @@ class VerifiedRunner:
     def _failed(self, base: Verdict, t0: float, result: CorrectnessResult) -> Verdict:
         cats = tuple(result.categories)
         failed = sorted({t.distribution for t in result.trials if not t.passed})
-        notes = list(result.notes) + [f"{k}: {v}" for k, v in result.integrity.items()]
+        notes = list(result.notes) + [f"{k}: {v}" for k, v in {**result.integrity, **result.hacks}.items()]
         first = next((t for t in result.trials if not t.passed), None)
         message = (f"failed on {', '.join(failed)}: {first.note}" if first else "; ".join(notes)) or "failed"
         return _done(base, t0, status=status_of(cats), categories=cats + self._flag_category(base),
                      trials=tuple(result.trials), message=message[:400],
-                     evidence={**base.evidence, "integrity": result.integrity, "notes": notes,
-                               "state_loaded": result.state_loaded})
+                     evidence={**base.evidence, "integrity": result.integrity, "hacks": result.hacks,
+                               "notes": notes, "state_loaded": result.state_loaded})
 
     def _judged(self, base: Verdict, t0: float, result: CorrectnessResult, speed: SpeedResult,
                 memory: MemoryStats, prepared: Prepared) -> Verdict:

@@ -50,7 +50,6 @@ def _protected() -> dict[str, Callable[[], Any]]:
         "torch.Tensor.detach": lambda: torch.Tensor.detach,
         "torch.Tensor.to": lambda: torch.Tensor.to,
         "torch.Tensor.cpu": lambda: torch.Tensor.cpu,
-        "torch.manual_seed": lambda: torch.manual_seed,
         "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
         "torch.cuda.Event": lambda: torch.cuda.Event,
         "torch.cuda.Event.record": lambda: torch.cuda.Event.record,
@@ -80,6 +79,8 @@ class Guards:
         self.allowed = [os.path.realpath(d) for d in allowed_dirs if d]
         self.events: list[tuple[str, str]] = []  # (category value, evidence)
         self.phase = "startup"
+        self.compiling = True  # until the first call returns: builds and JIT compilers spawn processes
+        self.spawned_while_compiling: list[str] = []
         self.launches: dict[str, int] = {}
         self.launch_s: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -139,13 +140,18 @@ class Guards:
     def _check_process(self, args: tuple[Any, ...]) -> None:
         exe = args[0] if args else ""
         argv = args[1] if len(args) > 1 else None
-        name = os.path.basename(os.fsdecode(exe)) if isinstance(exe, (str, bytes, os.PathLike)) else ""
-        if (not name or name in ("python", "python3")) and argv:
-            first = argv[0] if isinstance(argv, (list, tuple)) and argv else argv
-            name = os.path.basename(os.fsdecode(first)) if isinstance(first, (str, bytes)) else str(first)
-        if name.split()[0] in _TOOLCHAIN or name.startswith(("x86_64", "aarch64")):
+        words = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) else (
+            str(argv).split() if argv else [])
+        path = os.fsdecode(exe) if isinstance(exe, (str, bytes, os.PathLike)) else (words[0] if words else "")
+        name = os.path.basename(path.split()[0]) if path.strip() else ""
+        if name in _TOOLCHAIN or name.startswith(("x86_64", "aarch64")):
             return
-        self._note("process_escape", f"started process {name or exe!r} during {self.phase}")
+        if self.compiling:
+            # import and the first call build extensions and JIT-compile kernels, which run toolchains
+            # that differ from machine to machine; later calls have no reason to start anything
+            self.spawned_while_compiling.append(" ".join(words)[:200] or path)
+            return
+        self._note("process_escape", f"started process {' '.join(words)[:200] or path!r} during {self.phase}")
 
     def _note(self, category: str, evidence: str) -> None:
         with self._lock:
@@ -225,7 +231,7 @@ class Guards:
         with self._lock:
             events = list(self.events)
         return {"events": events, "tampered": self.tampered(), "launches": dict(self.launches),
-                "launch_s": dict(self.launch_s)}
+                "launch_s": dict(self.launch_s), "compile_processes": self.spawned_while_compiling[:10]}
 
 
 class _CountingModule:
