@@ -24,8 +24,11 @@ for s in "$@"; do
     gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
     examples-json) step examples-json 60 $KBV report /tmp/runs/examples --format json ;;
+    examples-standard) step examples-standard "${EXAMPLES_LIMIT:-200}" $KBV eval examples/ --problems full --protocol standard --device cuda --run /tmp/runs/examples-standard ;;
+    examples-both-smoke) step examples-both-smoke "${SMOKE_LIMIT:-120}" $KBV eval examples/ --problems smoke --protocol both --device cuda --run /tmp/runs/examples-smoke --timer-budget 4 ;;
+    reports) step reports 60 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
     soundness) step soundness 300 $KBV problems check full --device cuda --all ;;
-    bench) step bench 420 python3 bench/timing_fidelity.py --problems full --budget 6 ;;
+    bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -97,6 +97,7 @@ def main() -> int:
     ap.add_argument("--problems", default="full")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--budget", type=float, default=10.0)
+    ap.add_argument("--only", default=",".join(PROBLEMS), help="comma-separated problem keys")
     args = ap.parse_args()
     device = "cuda:0" if args.device.startswith("cuda") else "cpu"
     problems = {p.key: p for p in load_problems(args.problems)}
@@ -104,7 +105,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        for key in PROBLEMS:
+        for key in args.only.split(","):
             row = repeatability(problems[key], device, config, root)
             row["do_bench_ms"] = do_bench_ms(problems[key], device)
             rows.append(row)

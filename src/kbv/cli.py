@@ -29,8 +29,10 @@ app.add_typer(problems_app, name="problems")
 
 def _register_optional_commands() -> None:
     from kbv.generate.command import generate_command
+    from kbv.scan_command import scan_command
 
     app.command("generate", help="Ask an LLM for kernels, one turn each (KernelBench-style prompts).")(generate_command)
+    app.command("scan", help="Static scan of candidate files: rules over Python and embedded CUDA/C++.")(scan_command)
 
 
 _register_optional_commands()
@@ -120,8 +122,17 @@ def _render_run(result: Any, output: str) -> None:
         return
     out.print(verdict_table(result.verdicts))
     out.print(metrics_table(metrics))
+    _print_hacks(metrics)
     out.print(f"run: {result.run_dir}  (evaluated {result.evaluated}, resumed {result.resumed}, "
               f"unpaired {len(result.unpaired)})", highlight=False)
+
+
+def _print_hacks(metrics: Any) -> None:
+    from kbv.report import hacks_table
+
+    table = hacks_table(metrics)
+    if table is not None:
+        out.print(table)
 
 
 @app.command("report")
@@ -144,6 +155,7 @@ def report_command(
     else:
         out.print(verdict_table(report.verdicts))
         out.print(metrics_table(report.metrics))
+        _print_hacks(report.metrics)
         if report.pass_at_k:
             out.print(pass_at_k_table(report.pass_at_k))
 
@@ -205,7 +217,13 @@ def _progress() -> Iterator[Callable[[int, int, Any], None] | None]:
     if not err.is_terminal:
         yield None
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, transient=True) as bar:

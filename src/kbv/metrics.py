@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kbv.verdict import Category, Kind, KIND, Status, Verdict
+from kbv.verdict import KIND, Category, Kind, Verdict
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 

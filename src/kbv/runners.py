@@ -13,8 +13,13 @@ from kbv.candidates import Pair
 from kbv.executor import BaselineCache
 from kbv.protocols import StandardProtocol
 from kbv.settings import Settings
-from kbv.standard import (StandardContext, blank_verdict, evaluate_standard, measure_standard_baseline,
-                          prepare_standard)
+from kbv.standard import (
+    StandardContext,
+    blank_verdict,
+    evaluate_standard,
+    measure_standard_baseline,
+    prepare_standard,
+)
 from kbv.verdict import TimingStats, Verdict
 
 

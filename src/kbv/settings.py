@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbv.errors import UsageError
+
+if TYPE_CHECKING:
+    from kbv.sandbox import ChildSpec
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,26 @@ class Settings:
 
     def work_dir(self, label: str) -> Path:
         return self.run_dir / "work" / label
+
+    @contextmanager
+    def child_scratch(self, label: str, build_dir: Path | None = None) -> Iterator[ChildSpec]:
+        """A child spec with a fresh working directory, removed afterwards. Reference children
+        (no candidate) share an empty build directory."""
+        from kbv.sandbox import ChildSpec
+
+        work = self.work_dir(label)
+        shutil.rmtree(work, ignore_errors=True)
+        try:
+            yield ChildSpec(work_dir=work, build_dir=build_dir or self.cache_dir / "reference",
+                            device=self.child_device, visible_devices=self.visible_devices,
+                            cuda_arch_list=self.cuda_arch_list)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def time_left(deadline: float, floor_s: float = 0.5) -> float:
+    """Seconds until `deadline` (time.monotonic), never below `floor_s`: a call always gets a chance."""
+    return max(deadline - time.monotonic(), floor_s)
 
 
 def default_cache_dir() -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from kbv.sandbox import Sandbox, SharedArena
+from kbv.settings import time_left
 from kbv.stats import StopRule, bootstrap_ratio_ci, interleave_order, median, median_ci
 from kbv.verdict import Category, TimingStats
 
@@ -77,7 +78,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
     t0 = time.monotonic()
     sides = [_Side("candidate", candidate)] + [_Side(n, sb) for n, sb in baselines.items()]
     for side in sides:
-        side.sb.call({"op": "warmup", "ms": config.warmup_ms}, _left(deadline))
+        side.sb.call({"op": "warmup", "ms": config.warmup_ms}, time_left(deadline))
     rng = random.Random(0x7137)
     findings: list[tuple[Category, str]] = []
     rechecked = 0
@@ -109,7 +110,7 @@ def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_l
     if recheck is not None:
         command["recheck"] = {str(recheck): [h for _, h in buffers]}
     w0 = time.perf_counter()
-    reply = side.sb.call(command, _left(deadline))
+    reply = side.sb.call(command, time_left(deadline))
     wall_ms = (time.perf_counter() - w0) * 1e3
     side.cursor = (side.cursor + config.block) % pool_len
     side.device_ms += [float(x) for x in reply["device_ms"]]
@@ -153,5 +154,3 @@ def _stats(samples: list[float]) -> TimingStats:
     return TimingStats(base.mean_ms, base.median_ms, base.std_ms, base.min_ms, base.max_ms, base.n, lo, hi)
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.5)

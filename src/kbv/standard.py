@@ -9,11 +9,9 @@ KernelBench's CUDA-event timer (or a host timer on CPU).
 
 from __future__ import annotations
 
-import shutil
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -21,11 +19,17 @@ from kbv.builds import Build
 from kbv.candidates import Pair
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError
-from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, to_device
+from kbv.inputs import (
+    flatten_outputs,
+    kernelbench_trial_seeds,
+    rng_isolated,
+    set_seed,
+    to_device,
+)
 from kbv.problems import Problem, instantiate_problem
 from kbv.protocols import StandardProtocol
-from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
-from kbv.settings import Settings
+from kbv.sandbox import ChildFailure, Sandbox, SharedArena
+from kbv.settings import Settings, time_left
 from kbv.verdict import Category, Status, Timing, TimingStats, Trial, Verdict
 
 
@@ -67,7 +71,7 @@ def measure_standard_baseline(ctx: StandardContext, protocol: StandardProtocol, 
     """Eager PyTorch with default flags, timed like a candidate, in a child without candidate code."""
     label = f"baseline-{ctx.problem.hash[:12]}"
     try:
-        with _scratch(settings, label) as spec, Sandbox(spec) as sb, SharedArena() as arena:
+        with settings.child_scratch(label) as spec, Sandbox(spec) as sb, SharedArena() as arena:
             sb.call({"op": "load", "source": "reference", "code": ctx.problem.code, "origin": ctx.problem.origin,
                      "init_args": ctx.init_inputs, "seed": protocol.seed, "precision": protocol.precision},
                     settings.timeout_s)
@@ -88,10 +92,10 @@ def evaluate_standard(pair: Pair, ctx: StandardContext, build: Build, baseline: 
     deadline = t0 + settings.timeout_s
     label = f"eval-{pair.candidate.hash[:12]}-{pair.problem.hash[:8]}"
     try:
-        with _scratch(settings, label, build) as spec, Sandbox(spec) as sb, SharedArena() as arena:
+        with settings.child_scratch(label, build.build_dir) as spec, Sandbox(spec) as sb, SharedArena() as arena:
             sb.call({"op": "load", "source": "candidate", "path": str(build.candidate_path),
                      "init_args": ctx.init_inputs, "seed": protocol.seed, "precision": protocol.precision},
-                    _left(deadline))
+                    time_left(deadline))
             trials = _run_trials(sb, arena, ctx, protocol, deadline)
             failed = [t for t in trials if not t.passed]
             if failed:
@@ -99,7 +103,7 @@ def evaluate_standard(pair: Pair, ctx: StandardContext, build: Build, baseline: 
                                categories=_categories(failed),
                                message=f"{len(trials) - len(failed)}/{len(trials)} trials passed: {failed[0].note}")
             reply = sb.call({"op": "time", "inputs": _share_all(arena, ctx.timing_inputs),
-                             "config": protocol.timer.__dict__}, _left(deadline))
+                             "config": protocol.timer.__dict__}, time_left(deadline))
     except ChildFailure as failure:
         return _finish(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
     return _finish(base, t0, status=Status.CORRECT, trials=tuple(trials),
@@ -115,7 +119,7 @@ def _run_trials(sb: Sandbox, arena: SharedArena, ctx: StandardContext, protocol:
         for buf, _ in buffers:
             _poison(buf)
         reply = sb.call({"op": "forward", "inputs": _share_all(arena, inputs),
-                         "outputs": [h for _, h in buffers]}, _left(deadline))
+                         "outputs": [h for _, h in buffers]}, time_left(deadline))
         comparison = _compare(reply, references, [b for b, _ in buffers], protocol.tolerance)
         trials.append(Trial("default", index, comparison.passed, comparison.max_abs_err, comparison.max_rel_err,
                             category=comparison.category, note=comparison.note or _describe_error(comparison)))
@@ -174,21 +178,8 @@ def _share_all(arena: SharedArena, values: list[Any]) -> list[Any]:
     return [arena.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.5)
 
 
-@contextmanager
-def _scratch(settings: Settings, label: str, build: Build | None = None) -> Iterator[ChildSpec]:
-    """A child spec with a fresh working directory, removed afterwards."""
-    work = settings.work_dir(label)
-    shutil.rmtree(work, ignore_errors=True)
-    build_dir = build.build_dir if build else settings.cache_dir / "reference"
-    try:
-        yield ChildSpec(work_dir=work, build_dir=build_dir, device=settings.child_device,
-                        visible_devices=settings.visible_devices, cuda_arch_list=settings.cuda_arch_list)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def blank_verdict(pair: Pair, protocol: StandardProtocol, settings: Settings) -> Verdict:

@@ -14,7 +14,6 @@ run), compare with the truth; then probe for caches by changing input values in 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,11 +21,19 @@ from typing import Any
 import torch
 
 from kbv.compare import ErrorMeasure, Tolerance, allowed_error, measure_error, within
-from kbv.distributions import DISTRIBUTIONS, Calibration, calibrate, draw_inputs, is_continuous, trial_seed
+from kbv.distributions import (
+    DISTRIBUTIONS,
+    Calibration,
+    calibrate,
+    draw_inputs,
+    is_continuous,
+    trial_seed,
+)
 from kbv.errors import ProblemRunError
 from kbv.problems import Problem, instantiate_problem
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import Sandbox, SharedArena
+from kbv.settings import time_left
 from kbv.verdict import Category, Trial
 
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
@@ -125,7 +132,6 @@ def prepare_verified(problem: Problem, protocol: VerifiedProtocol, device: torch
         reference = Reference(module, init_inputs, device, protocol.precision)
         calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
         calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
-        del calib_model
         trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
                   for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
         _keep_if_small(trials, device)
@@ -194,7 +200,7 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
     for trial in ctx.trials:
         if loaded_seed != trial.weight_seed:
             reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _share_state(arena, trial.state)},
-                            _left(deadline))
+                            time_left(deadline))
             result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
             loaded_seed = trial.weight_seed if trial.state else 0
         outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
@@ -239,7 +245,7 @@ def _forward(sb: Sandbox, arena: SharedArena, inputs: list[Any], like: list[torc
     buffers = [arena.empty(t.shape, t.dtype) for t in like]
     command = {"op": "forward", "inputs": _share_inputs(arena, inputs), "outputs": [h for _, h in buffers],
                "poison": poison, "checks": checks, "keep": keep, "reuse": reuse}
-    reply = sb.call(command, _left(deadline))
+    reply = sb.call(command, time_left(deadline))
     outputs = None
     if reply.get("copied"):
         outputs = [buf.to(t.device) for (buf, _), t in zip(buffers, like)]
@@ -431,5 +437,3 @@ def _share_state(arena: SharedArena, state: dict[str, torch.Tensor]) -> dict[str
     return {k: arena.share(v)[1] for k, v in state.items()}
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.5)

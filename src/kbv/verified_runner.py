@@ -3,11 +3,10 @@ children holding the timing pool), then judge each candidate (correctness, timin
 
 from __future__ import annotations
 
-import shutil
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
@@ -20,11 +19,17 @@ from kbv.errors import ProblemRunError
 from kbv.problems import instantiate_problem
 from kbv.provenance import device_state
 from kbv.runners import release_device_memory
-from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
-from kbv.settings import Settings
+from kbv.sandbox import ChildFailure, Sandbox, SharedArena
+from kbv.settings import Settings, time_left
 from kbv.speed import SpeedResult, TimerConfig, load_pool, measure_speed, pool_size
 from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict
-from kbv.verified import CorrectnessResult, VerifiedContext, VerifiedProtocol, check_candidate, prepare_verified
+from kbv.verified import (
+    CorrectnessResult,
+    VerifiedContext,
+    VerifiedProtocol,
+    check_candidate,
+    prepare_verified,
+)
 
 BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "compile": ("tf32", True)}
 
@@ -121,7 +126,7 @@ class VerifiedRunner:
     def _baseline_child(self, stack: ExitStack, arena: SharedArena, ctx: VerifiedContext, name: str,
                         pool: list[list[Any]]) -> Sandbox:
         policy, compiled = BASELINES[name]
-        spec = stack.enter_context(_scratch(self.settings, f"baseline-{name}-{ctx.problem.hash[:10]}"))
+        spec = stack.enter_context(self.settings.child_scratch(f"baseline-{name}-{ctx.problem.hash[:10]}"))
         sb = stack.enter_context(Sandbox(spec))
         timeout = self.settings.timeout_s
         sb.call({"op": "load", "source": "reference", "code": ctx.problem.code, "origin": ctx.problem.origin,
@@ -154,22 +159,25 @@ class VerifiedRunner:
     def evaluate(self, pair: Pair, prepared: Prepared, build: Build) -> Verdict:
         t0 = time.monotonic()
         ctx = prepared.ctx
-        base = replace(self.blank(pair), flags=ctx.flags,
-                       evidence={"calibration": ctx.calibration.variants, "calibration_notes": ctx.calibration.notes})
+        from kbv.static_scan import scan_source
+
+        base = replace(self.blank(pair), flags=ctx.flags, findings=tuple(scan_source(pair.candidate.code)),
+                       evidence={"calibration": ctx.calibration.variants, "calibration_notes": ctx.calibration.notes,
+                                 "problem_notes": list(ctx.screen_notes)})
         if build.status is not None:
             return _done(base, t0, status=build.status, message=build.message,
                          evidence={**base.evidence, **build.evidence})
         deadline = t0 + self.settings.timeout_s
         label = f"verify-{pair.candidate.hash[:12]}-{pair.problem.hash[:8]}"
         try:
-            with _scratch(self.settings, label, build) as spec, SharedArena() as arena, Sandbox(spec) as sb:
+            with self.settings.child_scratch(label, build.build_dir) as spec, SharedArena() as arena, Sandbox(spec) as sb:
                 load = {"op": "load", "source": "candidate", "path": str(build.candidate_path),
                         "init_args": ctx.init_inputs, "precision": self.protocol.precision}
                 result = check_candidate(sb, arena, ctx, self.protocol, load, deadline)
                 if not result.passed:
                     return self._failed(base, t0, result)
-                load_pool(sb, arena, prepared.pool, self._flush_bytes(), _left(deadline))
-                attribution = attribute(sb.call({"op": "attribution"}, _left(deadline)), pair.candidate.code,
+                load_pool(sb, arena, prepared.pool, self._flush_bytes(), time_left(deadline))
+                attribution = attribute(sb.call({"op": "attribution"}, time_left(deadline)), pair.candidate.code,
                                         self.settings.device_type)
                 base = replace(base, evidence={**base.evidence, "attribution": _attribution_evidence(attribution)})
                 lacking = self._lacking_custom(attribution)
@@ -252,8 +260,6 @@ def _attribution_evidence(a: Attribution) -> dict[str, Any]:
             "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.5)
 
 
 def _memory_fields(reply: dict[str, Any]) -> dict[str, Any]:
@@ -264,13 +270,3 @@ def _done(base: Verdict, t0: float, **changes: Any) -> Verdict:
     return replace(base, wall_s=time.monotonic() - t0, **changes)
 
 
-@contextmanager
-def _scratch(settings: Settings, label: str, build: Build | None = None) -> Iterator[ChildSpec]:
-    work = settings.work_dir(label)
-    shutil.rmtree(work, ignore_errors=True)
-    try:
-        yield ChildSpec(work_dir=work, build_dir=build.build_dir if build else settings.cache_dir / "reference",
-                        device=settings.child_device, visible_devices=settings.visible_devices,
-                        cuda_arch_list=settings.cuda_arch_list)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)

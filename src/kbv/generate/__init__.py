@@ -14,8 +14,14 @@ request has to be sent.
 
 from __future__ import annotations
 
-from kbv.generate.api import (GenerateConfig, GenerateSummary, Generation, GenerationStatus, SamplingParams,
-                              generate)
+from kbv.generate.api import (
+                              GenerateConfig,
+                              GenerateSummary,
+                              Generation,
+                              GenerationStatus,
+                              SamplingParams,
+                              generate,
+)
 from kbv.generate.client import ChatClient, FakeChatClient, RetryPolicy
 from kbv.generate.prompts import Backend
 

@@ -37,10 +37,26 @@ from typing import Any
 
 from kbv.errors import UsageError
 from kbv.generate.cache import ResponseCache, cache_key
-from kbv.generate.client import (ChatClient, ChatError, ChatRequest, Message, OpenAIChatClient, Outcome, Reply,
-                                 RetryPolicy, Usage, complete_with_retries)
+from kbv.generate.client import (
+    ChatClient,
+    ChatError,
+    ChatRequest,
+    Message,
+    OpenAIChatClient,
+    Outcome,
+    Reply,
+    RetryPolicy,
+    Usage,
+    complete_with_retries,
+)
 from kbv.generate.extract import extract_model_new, normalise_newlines
-from kbv.generate.prompts import Backend, PromptTemplate, load_template, prompt_hash, render_prompt
+from kbv.generate.prompts import (
+    Backend,
+    PromptTemplate,
+    load_template,
+    prompt_hash,
+    render_prompt,
+)
 from kbv.problems import Problem, load_problems
 from kbv.settings import default_cache_dir
 

@@ -14,12 +14,24 @@ from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from kbv.errors import HarnessError, KbvError, UsageError
-from kbv.generate.api import (DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, GenerateConfig, GenerateSummary, SamplingParams,
-                              generate)
+from kbv.generate.api import (
+    DEFAULT_API_KEY_ENV,
+    DEFAULT_BASE_URL,
+    GenerateConfig,
+    GenerateSummary,
+    SamplingParams,
+    generate,
+)
 from kbv.generate.client import RetryPolicy
 from kbv.generate.prompts import Backend
 

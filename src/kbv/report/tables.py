@@ -79,3 +79,16 @@ def _speedup(v: Verdict) -> str:
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
+
+
+def hacks_table(metrics: dict[str, dict[str, Metrics]]) -> Table | None:
+    """Hack verdicts counted by category, per protocol (None when there are none)."""
+    rows = [(p, cat, n) for p, groups in metrics.items() for cat, n in sorted(groups["all"].hacks.items())]
+    if not rows:
+        return None
+    table = Table(title="Hacks by category", title_justify="left")
+    for col in ("protocol", "category", "verdicts"):
+        table.add_column(col)
+    for p, cat, n in rows:
+        table.add_row(p, cat, str(n))
+    return table

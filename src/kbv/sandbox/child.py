@@ -366,9 +366,9 @@ def _error_reply(exc: BaseException) -> dict[str, Any]:
 
 def serve(cmd_fd: int, res_fd: int) -> int:
     """The command loop. Returns the exit code."""
-    from kbv.sandbox.wire import WireClosed, read_frame
-
     import pickle
+
+    from kbv.sandbox.wire import WireClosed, read_frame
 
     child = Child(res_fd)
     while True:

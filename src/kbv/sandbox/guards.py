@@ -179,7 +179,9 @@ class Guards:
         try:
             from triton.runtime.jit import JITFunction
             classes.append(JITFunction)
-            from triton.runtime.interpreter import InterpretedFunction  # TRITON_INTERPRET=1 (CPU)
+            from triton.runtime.interpreter import (
+                InterpretedFunction,  # TRITON_INTERPRET=1 (CPU)
+            )
             classes.append(InterpretedFunction)
         except Exception:
             pass

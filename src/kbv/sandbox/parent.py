@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from kbv.errors import SandboxError
-from kbv.sandbox.wire import WireClosed, WireTimeout, decode_reply, read_frame, send_command
+from kbv.sandbox.wire import (
+    WireClosed,
+    WireTimeout,
+    decode_reply,
+    read_frame,
+    send_command,
+)
 from kbv.verdict import Status
 
 TAIL_BYTES = 16 * 1024

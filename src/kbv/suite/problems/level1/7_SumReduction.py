@@ -13,10 +13,10 @@ class Model(nn.Module):
         return torch.sum(x, dim=self.dim, keepdim=True)
 
 
-# Read-bound: the 3 GB input budget caps this at about 0.7-0.9 ms on an H200, under the 1.5 ms aim.
+# Read-bound: 6 GB of input is read once, about 1.4-1.5 ms on an H200 (4.2 TB/s).
 batch_size = 128  # kbv: smoke=8
 dim1 = 4096  # kbv: smoke=2048
-dim2 = 1344  # kbv: smoke=32
+dim2 = 2880  # kbv: smoke=32
 reduce_dim = 1
 
 
