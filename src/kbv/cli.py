@@ -63,6 +63,12 @@ def _errors() -> Iterator[None]:
     except KeyboardInterrupt:
         err.print("interrupted: every verdict finished so far is stored; re-run the command to resume")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except Exception as exc:  # a bug in kbv: say so in one line; KBV_DEBUG=1 shows the traceback
+        if os.environ.get("KBV_DEBUG"):
+            raise
+        err.print(f"[red]kbv failed (a bug in kbv, not in your input):[/] {type(exc).__name__}: {exc}. "
+                  "Verdicts finished so far are stored; set KBV_DEBUG=1 for the traceback.", highlight=False)
+        raise typer.Exit(ExitCode.HARNESS) from None
 
 
 @app.command("eval")

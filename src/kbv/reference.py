@@ -59,6 +59,18 @@ class Reference:
                       for e, t, o in zip(errors, truth, self._truncated_outputs(model, inputs))]
         return Evaluation(truth, baseline, errors, exact)
 
+    def truth(self, model: Any, inputs: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
+        """float64 outputs; strict fp32 where the model cannot run in float64."""
+        try:
+            model64 = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else model
+            inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            with precision_policy("fp32"), torch.no_grad():
+                outs = [o.detach().double() for o in flatten_outputs(model64(*inputs64))]
+            return outs, True
+        except (RuntimeError, NotImplementedError, TypeError):
+            with precision_policy("fp32"), torch.no_grad():
+                return [o.detach().double() for o in flatten_outputs(model(*inputs))], False
+
     def _tf32_matters(self, model: Any, inputs: Sequence[Any], truth: list[torch.Tensor],
                       errors: list[ErrorMeasure]) -> bool:
         """Whether TF32 changes this problem's outputs (it has matmuls or convolutions)."""
@@ -95,15 +107,3 @@ def _scaled(e: ErrorMeasure, k: float) -> ErrorMeasure:
 
 def _worse(a: ErrorMeasure, b: ErrorMeasure) -> ErrorMeasure:
     return ErrorMeasure(max(a.norm, b.norm), max(a.elem, b.elem), a.nan_inf_match)
-
-    def truth(self, model: Any, inputs: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
-        """float64 outputs; strict fp32 where the model cannot run in float64."""
-        try:
-            model64 = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else model
-            inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-            with precision_policy("fp32"), torch.no_grad():
-                outs = [o.detach().double() for o in flatten_outputs(model64(*inputs64))]
-            return outs, True
-        except (RuntimeError, NotImplementedError, TypeError):
-            with precision_policy("fp32"), torch.no_grad():
-                return [o.detach().double() for o in flatten_outputs(model(*inputs))], False
