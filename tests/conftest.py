@@ -4,8 +4,8 @@ import os
 # 2-core box they steal the cores a sandbox child is being timed on (the CLI's main() does the same).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Shared fixtures: a hermetic environment, one build cache per session, the `gpu` auto-skip, and
-# the small problem tree the evaluation tests share.
+# Shared fixtures: a hermetic environment and torch flags, one build cache per session, the `gpu`
+# auto-skip, and the small problem tree the evaluation tests share.
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -35,6 +35,21 @@ def _restore_environ() -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_flags() -> Iterator[None]:
+    """Every test leaves torch's global numerics flags (TF32, cuDNN, determinism) as it found them."""
+    import torch
+
+    from kbv.precision import precision_policy
+
+    cudnn = torch.backends.cudnn
+    saved = (cudnn.benchmark, cudnn.deterministic, torch.are_deterministic_algorithms_enabled())
+    with precision_policy("default"):  # saves the TF32 flags now, restores them afterwards
+        yield
+    cudnn.benchmark, cudnn.deterministic = saved[:2]
+    torch.use_deterministic_algorithms(saved[2])
 
 
 @pytest.fixture(scope="session")

@@ -139,7 +139,7 @@ JUNK_STDOUT = _forward(
              'sys.stderr.write("kbv-test stderr junk\\n" * 100)\n'),
 )
 SYNTAX_ERROR = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x) return x\n"
-NO_MODELNEW = "import torch\n\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+NO_MODELNEW = HONEST_RELU.replace("class ModelNew", "class Model")
 CUDA_LOOKING_ERROR = _forward('raise RuntimeError("CUDA error: an illegal memory access was encountered")')
 NO_CODE = "# I could not write a faster kernel for this problem.\n\n# Sorry.\n"
 

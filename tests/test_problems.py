@@ -136,8 +136,9 @@ def test_one_malformed_file_in_a_tree_is_named(tree: Path) -> None:
 
 
 def test_duplicate_keys_name_both_files(tmp_path: Path) -> None:
-    root = write_tree(tmp_path, {"level1/19_ReLU.py": RELU_PROBLEM, "level1/more/19_ReLU.py": RELU_PROBLEM})
-    with pytest.raises(ProblemLoadError, match=r"Two problems named L1/19_ReLU: .*level1/19_ReLU\.py and .*more/19_ReLU\.py"):
+    root = write_tree(tmp_path, {"level1/19_ReLU.py": RELU_PROBLEM, "level_1/19_ReLU.py": RELU_PROBLEM})
+    both = r"Two problems named L1/19_ReLU: .*level1/19_ReLU\.py and .*level_1/19_ReLU\.py"
+    with pytest.raises(ProblemLoadError, match=both):
         load_problems(root)
 
 

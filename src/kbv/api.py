@@ -98,12 +98,13 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
     """
     protocols = _protocols(config.protocol)
     _validate(config)
+    device = resolve_device(config.device)
     problems = load_problems(config.problems)
     pairing = load_candidates(config.candidates, problems)
     if not pairing.pairs:
         reasons = "; ".join(f"{u.candidate.origin}: {u.reason}" for u in pairing.unpaired[:3])
         raise UsageError(f"No candidate pairs with a problem of '{config.problems}'. {reasons}".strip())
-    settings = _settings(config)
+    settings = _settings(config, device)
     run_dir = settings.run_dir
     with open_store(run_dir) as store:
         store.record_invocation(asdict(config), settings.provenance)
@@ -124,8 +125,19 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
 def load_report(run_dir: str | Path) -> Report:
     """Every verdict of a run with its metrics. Raises StoreError when there is no run."""
     with open_store(Path(run_dir), create=False) as store:
-        verdicts = tuple(store.verdicts())
+        verdicts = _latest(store.verdicts())
     return Report(Path(run_dir), verdicts, metrics_by_group(verdicts), pass_at_k_by_model(verdicts))
+
+
+def _latest(verdicts: list[Verdict]) -> tuple[Verdict, ...]:
+    """The newest verdict of each (problem, candidate, model, sample, protocol): a candidate edited
+    and evaluated again replaces its earlier verdict in the report (the store keeps both)."""
+    latest: dict[tuple[Any, ...], Verdict] = {}
+    for v in verdicts:  # in write order
+        key = (v.problem, v.candidate, v.model, v.sample, v.protocol)
+        latest.pop(key, None)
+        latest[key] = v
+    return tuple(latest.values())
 
 
 def _protocols(choice: str) -> tuple[str, ...]:
@@ -143,11 +155,17 @@ def _validate(config: EvalConfig) -> None:
         raise UsageError("--jobs must be >= 0 (0 picks one per core).")
 
 
-def _settings(config: EvalConfig) -> Settings:
-    device = resolve_device(config.device)
+def _settings(config: EvalConfig, device: str) -> Settings:
     run_dir = Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)
     jobs = config.jobs or min(8, os.cpu_count() or 1)
     cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
+    for option, path in (("--run", run_dir), ("--cache-dir", cache)):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{option} {path}: exists and is not a directory.")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"{option} {path}: cannot create the directory: {exc.strerror or exc}") from exc
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
                     cuda_arch_list=cuda_arch_list(device), provenance=collect_provenance(device))

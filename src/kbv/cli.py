@@ -38,7 +38,7 @@ def _register_optional_commands() -> None:
 _register_optional_commands()
 
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one message, one line: never wrapped
 
 
 class ExitCode(enum.IntEnum):

@@ -83,8 +83,8 @@ def load_problem_file(path: Path, level: int | None = None) -> Problem:
         code = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ProblemLoadError(f"{path}: cannot read: {exc}") from exc
-    if level is None:
-        level = _level_of(path.parent.name)
+    if level is None:  # the nearest enclosing levelN folder
+        level = next((lv for lv in (_level_of(part) for part in reversed(path.parent.parts)) if lv is not None), None)
     name = path.stem
     return make_problem(name, code, origin=str(path), level=level)
 

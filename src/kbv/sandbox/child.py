@@ -392,7 +392,22 @@ def serve(cmd_fd: int, res_fd: int) -> int:
         child.reply({"ok": True, **result})
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when the parent dies (a killed kbv must not leave a spinning kernel)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
+
+
 def main(argv: list[str]) -> int:
+    _die_with_parent()
     cmd_fd, res_fd = int(argv[1]), int(argv[2])
     os.set_inheritable(cmd_fd, False)
     os.set_inheritable(res_fd, False)

@@ -32,6 +32,14 @@ from kbv.verdict import Status
 
 TAIL_BYTES = 16 * 1024
 
+# What each reply must hold. A reply that lacks it came from a broken or forged result channel
+# (the candidate can write to it): the pair fails as `crashed`, the run goes on.
+_EXPECTED = {
+    "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
+    "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
+    "memory": ("peak_bytes", "retained_bytes"), "attribution": ("wall_ms", "kernels", "launches"),
+}
+
 # Variables a child may inherit. Everything else (API keys, seeds, user settings) is dropped.
 _INHERITED = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CC", "CXX",
               "PYTHONPATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "TRITON_PTXAS_PATH")
@@ -66,6 +74,9 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
         "TRITON_CACHE_DIR": str(spec.build_dir / "triton"),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
+        # children take turns on the cores: an idle one's spinning OpenMP workers would slow the one
+        # being timed (the interleaved timer keeps two alive at once)
+        "OMP_WAIT_POLICY": "PASSIVE",
         "KBV_DEVICE": spec.device,
     })
     if spec.device == "cpu":
@@ -77,6 +88,17 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
         env["TORCH_CUDA_ARCH_LIST"] = spec.cuda_arch_list
     env.update(spec.extra_env)
     return env
+
+
+def _hide_from_children() -> None:
+    """Make this process non-dumpable, so a child of the same (non-root) user cannot read its
+    /proc/<pid>/environ or memory. Root can read them anyway: run kbv as an ordinary user."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
 
 
 class ChildFailure(Exception):
@@ -125,6 +147,7 @@ class Sandbox:
         self._res_r = -1
 
     def start(self) -> None:
+        _hide_from_children()
         self.spec.work_dir.mkdir(parents=True, exist_ok=True)
         self.spec.build_dir.mkdir(parents=True, exist_ok=True)
         cmd_r, cmd_w = os.pipe()
@@ -161,10 +184,13 @@ class Sandbox:
                                self.evidence()) from None
         except (WireClosed, BrokenPipeError, ValueError) as exc:
             raise self._death(command["op"], exc) from None
-        if "error" in reply:
+        if "error" in reply and isinstance(reply["error"], dict):
             raise self._candidate_error(reply["error"], command["op"])
-        if not reply.get("ok"):
-            raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']}", self.evidence())
+        missing = [k for k in _EXPECTED.get(command["op"], ()) if k not in reply]
+        if not reply.get("ok") or missing:
+            self.kill()
+            raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']} (missing {', '.join(missing) or 'ok'}): "
+                               "the result channel was written by something other than the harness", self.evidence())
         return reply
 
     def _death(self, op: str, exc: BaseException) -> ChildFailure:
@@ -184,8 +210,13 @@ class Sandbox:
     def _candidate_error(self, err: dict[str, Any], op: str) -> ChildFailure:
         kind = err.get("kind")
         status = {"compile": Status.COMPILE_ERROR, "cuda": Status.CUDA_ERROR}.get(kind, Status.RUNTIME_ERROR)
-        if kind == "harness":
-            raise SandboxError(f"child rejected command {op}: {err.get('message')}")
+        if kind not in ("compile", "cuda", "runtime"):
+            # only the harness says "harness", and only for a command it does not know; kbv sends none
+            # such, so this frame was forged: the candidate is judged, the run goes on
+            self.kill()
+            return ChildFailure(Status.CRASHED, f"the child answered {op} with a {kind!r} error: "
+                                "the result channel was written by something other than the harness",
+                                self.evidence())
         message = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
         evidence = self.evidence()
         evidence["traceback"] = str(err.get("traceback", ""))[-8000:]

@@ -122,7 +122,9 @@ class SharedArena:
 
     def __init__(self) -> None:
         self._files: list[Path] = []
-        self._dir = Path(tempfile.mkdtemp(prefix="kbv-shm-", dir=_shm_base()))
+        base = _shm_base()
+        _remove_orphans(Path(base or tempfile.gettempdir()))
+        self._dir = Path(tempfile.mkdtemp(prefix=f"kbv-shm-{os.getpid()}-", dir=base))
 
     def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
         """A contiguous shareable tensor (uninitialised) and its handle."""
@@ -160,6 +162,20 @@ class SharedArena:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_orphans(base: Path) -> None:
+    """Remove arenas left by kbv processes that no longer exist (a run killed with SIGKILL)."""
+    import shutil
+
+    for d in base.glob("kbv-shm-*-*"):
+        try:
+            pid = int(d.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue
 
 
 def _shm_base(min_free_bytes: int = 4 << 30) -> str | None:

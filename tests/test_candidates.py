@@ -1,0 +1,193 @@
+"""Reading candidates in every layout, pairing them with problems, and reporting (never dropping)
+the ones that pair with nothing or with several problems."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kbv.api import EvalConfig, evaluate
+from kbv.candidates import Backend, Pairing, detect_backend, has_code, load_candidates
+from kbv.errors import CandidateSourceError, UsageError
+from kbv.problems import Problem, load_problems
+from sources import (CPP_BROKEN, CPP_RELU, CUDA_RELU, HONEST_LINEAR, HONEST_RELU, LINEAR_PROBLEM,
+                     NO_CODE, RELU_PROBLEM, SYNTAX_ERROR, TRITON_RELU, WRONG_RELU, write_tree)
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory: pytest.TempPathFactory) -> list[Problem]:
+    """L1/3_Linear, L1/19_ReLU, L2/19_ReLU (so a bare '19_ReLU' is ambiguous)."""
+    root = write_tree(tmp_path_factory.mktemp("problems"), {
+        "level1/19_ReLU.py": RELU_PROBLEM, "level1/3_Linear.py": LINEAR_PROBLEM, "level2/19_ReLU.py": RELU_PROBLEM,
+    })
+    return load_problems(root)
+
+
+def _paired(pairing: Pairing) -> dict[str, str]:
+    """{candidate name: problem key}."""
+    return {p.candidate.name: p.problem.key for p in pairing.pairs}
+
+
+def _unpaired(pairing: Pairing) -> dict[str, str]:
+    """{candidate name: reason}."""
+    return {u.candidate.name: u.reason for u in pairing.unpaired}
+
+
+# -- layouts -------------------------------------------------------------------------------------
+
+def test_single_file_with_a_single_problem_pairs_whatever_its_name(tmp_path: Path) -> None:
+    [problem] = load_problems(write_tree(tmp_path / "p", {"19_ReLU.py": RELU_PROBLEM}) / "19_ReLU.py")
+    cand = write_tree(tmp_path / "c", {"my_kernel.py": HONEST_RELU}) / "my_kernel.py"
+    pairing = load_candidates(cand, [problem])
+    assert _paired(pairing) == {"my_kernel": "19_ReLU"} and not pairing.unpaired
+    assert pairing.pairs[0].candidate.code == HONEST_RELU
+
+
+def test_single_file_among_several_problems_pairs_by_name(tmp_path: Path, problems: list[Problem]) -> None:
+    cand = write_tree(tmp_path, {"3_Linear.py": HONEST_LINEAR}) / "3_Linear.py"
+    assert _paired(load_candidates(cand, problems)) == {"3_Linear": "L1/3_Linear"}
+
+
+def test_directory_named_after_problems(tmp_path: Path, problems: list[Problem]) -> None:
+    root = write_tree(tmp_path, {
+        "3_Linear.py": HONEST_LINEAR,
+        "3_Linear__fast.py": HONEST_LINEAR,
+        "3_Linear/attempt_2.py": HONEST_LINEAR,
+        "level1/19_ReLU.py": HONEST_RELU,
+        "level2/19_ReLU__v2.py": HONEST_RELU,
+        "linear.py": HONEST_LINEAR,  # the part after the id, any case
+    })
+    pairing = load_candidates(root, problems)
+    assert _paired(pairing) == {
+        "3_Linear": "L1/3_Linear",
+        "3_Linear__fast": "L1/3_Linear",
+        "3_Linear/attempt_2": "L1/3_Linear",
+        "level1/19_ReLU": "L1/19_ReLU",
+        "level2/19_ReLU__v2": "L2/19_ReLU",
+        "linear": "L1/3_Linear",
+    }
+    assert not pairing.unpaired
+    origins = {p.candidate.origin for p in pairing.pairs}
+    assert str(root / "3_Linear" / "attempt_2.py") in origins
+
+
+def test_kernelbench_run_directory(tmp_path: Path, problems: list[Problem]) -> None:
+    root = write_tree(tmp_path, {
+        "level_1_problem_19_sample_0_kernel.py": HONEST_RELU,
+        "level_1_problem_19_sample_1_kernel.py": WRONG_RELU,
+        "level_2_problem_19_sample_0_kernel.py": HONEST_RELU,
+        "level_1_problem_3_sample_4_kernel.py": HONEST_LINEAR,
+        "level_3_problem_1_sample_0_kernel.py": HONEST_RELU,
+    })
+    pairing = load_candidates(root, problems)
+    got = {(p.problem.key, p.candidate.sample) for p in pairing.pairs}
+    assert got == {("L1/19_ReLU", 0), ("L1/19_ReLU", 1), ("L2/19_ReLU", 0), ("L1/3_Linear", 4)}
+    assert _unpaired(pairing) == {"level_3_problem_1_sample_0_kernel": "no problem named 'L3/P1'."}
+
+
+def test_jsonl_records(tmp_path: Path, problems: list[Problem]) -> None:
+    lines = [
+        {"problem": "L1/19_ReLU", "code": HONEST_RELU, "model": "gpt-x", "sample": 0},
+        {"problem": "L1/19_ReLU", "code": WRONG_RELU, "model": "gpt-x", "sample": 1},
+        {"problem": "3_Linear", "code": HONEST_LINEAR},
+        {"problem": "L2/19", "code": HONEST_RELU, "model": "claude-y"},
+    ]
+    path = tmp_path / "gen.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in lines[:2]) + "\n\n" + "\n".join(json.dumps(r) for r in lines[2:]))
+    pairing = load_candidates(path, problems)
+    cands = [p.candidate for p in pairing.pairs]
+    assert [(c.problem_ref, c.model, c.sample) for c in cands] == [
+        ("L1/19_ReLU", "gpt-x", 0), ("L1/19_ReLU", "gpt-x", 1), ("3_Linear", None, None), ("L2/19", "claude-y", None)]
+    assert [p.problem.key for p in pairing.pairs] == ["L1/19_ReLU", "L1/19_ReLU", "L1/3_Linear", "L2/19_ReLU"]
+    assert len({c.name for c in cands}) == 4  # samples of one model and problem stay apart
+    assert cands[0].code == HONEST_RELU
+    assert cands[3].origin == f"{path}:5"  # line numbers count the blank line
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("{not json", r"gen\.jsonl:2: not valid JSON"),
+    ('{"problem": "3_Linear"}', r"gen\.jsonl:2: each line needs 'problem' and 'code'"),
+    ('["3_Linear", "x"]', r"gen\.jsonl:2: each line needs 'problem' and 'code'"),
+    ('{"problem": "3_Linear", "code": "x", "sample": "first"}', r"gen\.jsonl:2: 'sample' must be an integer"),
+])
+def test_malformed_jsonl_names_file_and_line(tmp_path: Path, problems: list[Problem], line: str, message: str) -> None:
+    path = tmp_path / "gen.jsonl"
+    path.write_text(json.dumps({"problem": "3_Linear", "code": HONEST_LINEAR}) + "\n" + line + "\n")
+    with pytest.raises(CandidateSourceError, match=message):
+        load_candidates(path, problems)
+
+
+# -- unpaired and ambiguous ----------------------------------------------------------------------
+
+def test_unpaired_and_ambiguous_are_reported_with_reasons(tmp_path: Path, problems: list[Problem]) -> None:
+    root = write_tree(tmp_path, {
+        "3_Linear.py": HONEST_LINEAR,
+        "19_ReLU.py": HONEST_RELU,  # L1 and L2 both have it
+        "19_RelU_x.py": HONEST_RELU,  # a typo
+        "42_Nothing__a.py": HONEST_RELU,
+    })
+    pairing = load_candidates(root, problems)
+    assert _paired(pairing) == {"3_Linear": "L1/3_Linear"}
+    reasons = _unpaired(pairing)
+    assert reasons["19_ReLU"] == "'19_ReLU' is ambiguous: L1/19_ReLU, L2/19_ReLU"
+    assert reasons["19_RelU_x"].startswith("no problem named '19_RelU_x'. Did you mean 19_ReLU")
+    assert reasons["42_Nothing__a"] == "no problem named '42_Nothing'."
+    assert len(pairing.pairs) + len(pairing.unpaired) == 4  # nothing dropped
+
+
+def test_a_run_with_nothing_paired_says_why(tmp_path: Path, relu_problems: Path, cache_dir: Path) -> None:
+    root = write_tree(tmp_path / "c", {"42_Nothing.py": HONEST_RELU})
+    config = EvalConfig(candidates=str(root), problems=str(relu_problems), device="cpu",
+                        run_dir=str(tmp_path / "run"), cache_dir=str(cache_dir))
+    with pytest.raises(UsageError, match=r"No candidate pairs.*42_Nothing\.py: no problem named '42_Nothing'"):
+        evaluate(config)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("missing", "No candidates at .*missing.*: no such file or directory"),
+    ("notes.txt", "expected a .py file, a directory or a .jsonl file"),
+    ("empty", r"No candidate files \(\*\.py\)"),
+])
+def test_unreadable_candidate_sources(tmp_path: Path, problems: list[Problem], name: str, message: str) -> None:
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CandidateSourceError, match=message):
+        load_candidates(tmp_path / name, problems)
+
+
+# -- what a candidate is -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("code", "backend"), [
+    (CUDA_RELU, Backend.CUDA),
+    (TRITON_RELU, Backend.TRITON),
+    (CPP_RELU, Backend.CPP),
+    (CPP_BROKEN, Backend.CPP),
+    (HONEST_RELU, Backend.TORCH),
+])
+def test_backend_detection(code: str, backend: Backend) -> None:
+    assert detect_backend(code) is backend
+
+
+def test_backends_run_where_they_can() -> None:
+    assert [b.value for b in Backend if b.runs_on("cpu")] == ["triton", "cpp", "torch"]
+    assert [b.value for b in Backend if b.runs_on("cuda")] == ["cuda", "triton", "torch"]
+
+
+def test_no_code_detection(tmp_path: Path, problems: list[Problem]) -> None:
+    assert not has_code(NO_CODE) and not has_code("") and not has_code("   \n\t\n")
+    assert has_code(HONEST_RELU)
+    assert has_code(SYNTAX_ERROR)  # malformed code is still code: the build reports it
+    lines = [
+        {"problem": "3_Linear", "code": NO_CODE},
+        {"problem": "3_Linear", "code": None},
+        {"problem": "3_Linear", "code": HONEST_LINEAR, "status": "no_code"},
+        {"problem": "3_Linear", "code": HONEST_LINEAR, "sample": 3},
+    ]
+    path = tmp_path / "gen.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in lines))
+    flags = [p.candidate.no_code for p in load_candidates(path, problems).pairs]
+    assert flags == [True, True, True, False]
+    root = write_tree(tmp_path / "dir", {"3_Linear.py": NO_CODE})
+    assert load_candidates(root, problems).pairs[0].candidate.no_code

@@ -1,0 +1,223 @@
+"""The `kbv` command end to end: eval, report (table, json, jsonl), problems list; exit codes, and
+one-line errors without a traceback for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner, Result
+
+from kbv.cli import app
+from kbv.store import DB_NAME, Store
+from sources import CPP_RELU, GET_INPUTS_RAISES_PROBLEM, HONEST_RELU, SYNTAX_ERROR_PROBLEM, WRONG_RELU, write_tree
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+VERDICT_KEYS = {"problem", "candidate", "protocol", "status", "categories", "speedup"}
+
+
+def kbv(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m kbv ARGS` in a fresh process, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "kbv", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def _squash(text: str) -> str:
+    """Without white space: rich wraps long lines (paths included) at the console's width."""
+    return "".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory, relu_problems: Path) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    # The honest candidate is the suite's C++ ReLU: the verified protocol passes only custom kernels.
+    write_tree(root / "candidates", {"19_ReLU__honest.py": CPP_RELU, "19_ReLU__wrong.py": WRONG_RELU,
+                                     "99_Nothing.py": HONEST_RELU})
+    return root
+
+
+@pytest.fixture(scope="module")
+def evaluated(workspace: Path, relu_problems: Path, cache_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Both protocols over honest + wrong (+ one unpaired file), by the real command. Builds the C++
+    ReLU unless an earlier test of the session did."""
+    return kbv("eval", str(workspace / "candidates"), "--problems", str(relu_problems), "--device", "cpu",
+               "--run", str(workspace / "run"), "--cache-dir", str(cache_dir), "--protocol", "both",
+               "--seed", "7", "--timeout", "120", "--timer-budget", "2", "--jobs", "1")
+
+
+@pytest.fixture(scope="module")
+def report_json(evaluated: subprocess.CompletedProcess[str], workspace: Path) -> dict:
+    result = invoke("report", str(workspace / "run"), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+# -- eval and report -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_eval_exits_0_whatever_the_verdicts_and_prints_the_tables(evaluated: subprocess.CompletedProcess[str]) -> None:
+    assert evaluated.returncode == 0, evaluated.stderr
+    out = evaluated.stdout
+    for text in ("Verdicts", "L1/19_ReLU", "19_ReLU__honest", "19_ReLU__wrong", "standard", "verified",
+                 "correct", "incorrect", "Metrics", "fast_1", "geomean"):
+        assert text in out, text
+    assert "evaluated 4, resumed 0, unpaired 1" in out
+    assert "unpaired:" in evaluated.stderr and "99_Nothing.py:noproblemnamed'99_Nothing'" in _squash(evaluated.stderr)
+    assert "Traceback" not in evaluated.stderr
+
+
+@pytest.mark.slow
+def test_report_json_has_verdicts_and_metrics(report_json: dict) -> None:
+    verdicts = report_json["verdicts"]
+    assert all(VERDICT_KEYS <= set(v) for v in verdicts)
+    statuses = {(v["candidate"], v["protocol"]): v["status"] for v in verdicts}
+    assert statuses == {("19_ReLU__honest", "standard"): "correct", ("19_ReLU__honest", "verified"): "verified",
+                        ("19_ReLU__wrong", "standard"): "incorrect", ("19_ReLU__wrong", "verified"): "incorrect"}
+    for v in verdicts:
+        assert (v["speedup"] is not None) == (v["status"] in ("correct", "verified"))
+        assert (v["categories"] == []) == (v["status"] in ("correct", "verified"))
+    for protocol in ("standard", "verified"):
+        m = report_json["metrics"][protocol]["all"]
+        assert (m["pairs"], m["compile_rate"], m["correct_rate"]) == (2, 1.0, 0.5)
+        assert set(m["fast_p"]) == {"fast_0", "fast_0.5", "fast_0.8", "fast_1", "fast_1.5", "fast_2"}
+        assert report_json["metrics"][protocol]["L1"]["pairs"] == 2
+    assert {v["provenance"].get("verified_seed") for v in verdicts if v["protocol"] == "verified"} == {7}
+
+
+@pytest.mark.slow
+def test_report_jsonl_is_one_verdict_a_line(report_json: dict, workspace: Path) -> None:
+    result = invoke("report", str(workspace / "run"), "--format", "jsonl")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert [json.loads(line) for line in lines] == report_json["verdicts"]
+
+
+@pytest.mark.slow
+def test_report_table(evaluated: subprocess.CompletedProcess[str], workspace: Path) -> None:
+    result = invoke("report", str(workspace / "run"))
+    assert result.exit_code == 0
+    assert "19_ReLU__wrong" in result.stdout and "value_mismatch" in result.stdout and "Metrics" in result.stdout
+
+
+@pytest.mark.slow
+def test_eval_again_resumes_everything(evaluated: subprocess.CompletedProcess[str], workspace: Path,
+                                       relu_problems: Path, cache_dir: Path) -> None:
+    result = invoke("eval", str(workspace / "candidates"), "--problems", str(relu_problems), "--device", "cpu",
+                    "--run", str(workspace / "run"), "--cache-dir", str(cache_dir), "--protocol", "both",
+                    "--seed", "7", "--timer-budget", "2")
+    assert result.exit_code == 0, result.stderr
+    assert "evaluated 0, resumed 4, unpaired 1" in result.stdout
+
+
+@pytest.mark.slow
+def test_eval_json_output(evaluated: subprocess.CompletedProcess[str], workspace: Path, relu_problems: Path,
+                          cache_dir: Path) -> None:
+    result = invoke("eval", str(workspace / "candidates"), "--problems", str(relu_problems), "--device", "cpu",
+                    "--run", str(workspace / "run"), "--cache-dir", str(cache_dir), "--protocol", "standard",
+                    "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert {v["status"] for v in payload["verdicts"]} == {"correct", "incorrect"}
+    assert payload["metrics"]["standard"]["all"]["correct_rate"] == 0.5
+
+
+def test_a_failing_problem_exits_1_naming_the_file(tmp_path: Path, cache_dir: Path) -> None:
+    problems = write_tree(tmp_path / "p", {"level1/8_NoInputs.py": GET_INPUTS_RAISES_PROBLEM})
+    cands = write_tree(tmp_path / "c", {"8_NoInputs.py": HONEST_RELU})
+    result = invoke("eval", str(cands), "--problems", str(problems), "--device", "cpu", "--run", str(tmp_path / "run"),
+                    "--cache-dir", str(cache_dir))
+    assert result.exit_code == 1
+    assert "problemfailed:" in _squash(result.stderr) and "8_NoInputs.py" in _squash(result.stderr)
+    assert "cannotdrawitsinputs" in _squash(result.stderr)
+
+
+# -- problems list -------------------------------------------------------------------------------
+
+def test_problems_list_suite_and_directory(relu_problems: Path) -> None:
+    result = invoke("problems", "list", "smoke")
+    assert result.exit_code == 0
+    assert "16 problems in smoke" in result.stdout
+    assert all(key in result.stdout for key in ("L1/2_ReLU", "L1/6_Softmax", "L1/11_MSELoss", "L3/"))
+    result = invoke("problems", "list", str(relu_problems))
+    assert result.exit_code == 0 and "1 problems" in result.stdout and "L1/19_ReLU" in result.stdout
+
+
+# -- bad input: exit 2, one line, no traceback ---------------------------------------------------
+
+def test_bad_path_exits_2_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    done = kbv("eval", "missing", "--problems", "smoke", "--device", "cpu", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["error: No candidates at 'missing': no such file or directory."]
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_long_bad_path_is_still_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / ("a_rather_long_directory_name_" * 3) / "candidates"
+    done = kbv("eval", str(missing), "--problems", "smoke", "--device", "cpu")
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["eval", "{cands}", "--protocol", "fast"], "Unknown protocol 'fast': expected standard, verified or both."),
+    (["eval", "{cands}", "--format", "jsonl"], "Unknown format 'jsonl': expected table, json."),
+    (["eval", "{cands}", "--problems", "smok"], "Did you mean smoke?"),
+    (["eval", "{cands}", "--device", "tpu"], "Unknown device 'tpu'"),
+    (["eval", "{cands}", "--timeout", "0"], "--timeout and --build-timeout must be positive."),
+    (["eval", "{cands}", "--jobs", "-1"], "--jobs must be >= 0"),
+    (["eval", "{cands}", "--tolerance", "2"], "--tolerance must be between 0 and 1"),
+    (["eval", "{cands}", "--problems", "{bad_problems}"], "7_Bad.py: syntax error at line 3"),
+    (["report", "{tmp}", "--format", "xml"], "Unknown format 'xml': expected table, json, jsonl."),
+    (["report", "{tmp}"], "No kbv run at"),
+    (["problems", "list", "no/such/dir"], "No problems at 'no/such/dir'"),
+], ids=["protocol", "eval-format", "suite", "device", "timeout", "jobs", "tolerance", "bad-problem",
+        "report-format", "no-run", "problems-list"])
+def test_bad_input_exits_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
+    cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU})  # pairs with the smoke suite
+    bad = write_tree(tmp_path / "p", {"level1/7_Bad.py": SYNTAX_ERROR_PROBLEM})
+    argv = [a.format(cands=cands, bad_problems=bad, tmp=tmp_path) for a in args]
+    if argv[0] == "eval":
+        argv += ["--run", str(tmp_path / "run")] + (["--device", "cpu"] if "--device" not in argv else [])
+    result = invoke(*argv)
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert isinstance(result.exception, SystemExit)  # not an uncaught exception
+    assert result.stderr.startswith("error:") and _squash(message) in _squash(result.stderr)
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_cuda_device_without_a_gpu_exits_2(tmp_path: Path) -> None:
+    cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU})  # pairs with the smoke suite
+    result = invoke("eval", str(cands), "--device", "cuda", "--run", str(tmp_path / "run"))
+    assert result.exit_code == 2 and "noCUDAdeviceisavailable" in _squash(result.stderr)
+
+
+def test_report_of_another_schema_exits_2(tmp_path: Path) -> None:
+    Store(tmp_path / DB_NAME).close()
+    with sqlite3.connect(tmp_path / DB_NAME) as db:
+        db.execute("UPDATE meta SET value='999' WHERE key='schema_version'")
+    db.close()
+    result = invoke("report", str(tmp_path))
+    assert result.exit_code == 2 and "writtenbyschema999" in _squash(result.stderr)
+
+
+@pytest.mark.parametrize("option", ["--run", "--cache-dir"])
+def test_a_run_or_cache_dir_that_is_a_file_exits_2(tmp_path: Path, option: str) -> None:
+    cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU})
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    dirs = {"--run": str(tmp_path / "run"), "--cache-dir": str(tmp_path / "cache"), option: str(a_file)}
+    result = invoke("eval", str(cands), "--device", "cpu", *[x for kv in dirs.items() for x in kv])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stderr.startswith("error:") and "a_file" in _squash(result.stderr)

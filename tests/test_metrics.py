@@ -1,0 +1,126 @@
+"""Run metrics on known inputs: compile and correct rates, fast_p (all counted pairs, strict `>`),
+geomean in log space, skipped pairs left out, pass@k, per-level grouping."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from kbv.metrics import FAST_P, compute_metrics, geometric_mean, metrics_by_group, pass_at_k, pass_at_k_by_model
+from kbv.verdict import Status, Verdict
+
+
+def _verdict(status: Status, speedup: float | None = None, level: int | None = 1, problem: str = "L1/1_A",
+             protocol: str = "standard", model: str | None = None, sample: int | None = None) -> Verdict:
+    return Verdict(problem=problem, problem_hash="p", level=level, candidate=f"c{sample}", candidate_hash="c",
+                   protocol=protocol, protocol_version="v", status=status, speedup=speedup, model=model,
+                   sample=sample)
+
+
+def test_fast_p_is_over_all_counted_pairs_with_a_strict_threshold() -> None:
+    verdicts = [
+        _verdict(Status.CORRECT, 0.4), _verdict(Status.CORRECT, 0.8), _verdict(Status.CORRECT, 1.0),
+        _verdict(Status.CORRECT, 1.6), _verdict(Status.CORRECT, 2.5),
+        _verdict(Status.INCORRECT), _verdict(Status.COMPILE_ERROR), _verdict(Status.TIMEOUT),
+        _verdict(Status.CRASHED), _verdict(Status.RUNTIME_ERROR),
+    ]
+    m = compute_metrics(verdicts)
+    assert m.pairs == 10 and m.passed == 5
+    assert m.fast_p == {"fast_0": 0.5, "fast_0.5": 0.4, "fast_0.8": 0.3, "fast_1": 0.2, "fast_1.5": 0.2, "fast_2": 0.1}
+    assert list(m.fast_p) == [f"fast_{p:g}" for p in FAST_P]
+
+
+def test_compile_and_correct_rates() -> None:
+    verdicts = [_verdict(Status.CORRECT, 1.0), _verdict(Status.INCORRECT), _verdict(Status.RUNTIME_ERROR),
+                _verdict(Status.COMPILE_ERROR), _verdict(Status.NO_CODE)]
+    m = compute_metrics(verdicts)
+    assert (m.compiled, m.compile_rate) == (3, 0.6)
+    assert (m.passed, m.correct_rate) == (1, 0.2)
+    assert m.statuses == {"correct": 1, "incorrect": 1, "runtime_error": 1, "compile_error": 1, "no_code": 1}
+
+
+def test_skipped_pairs_are_not_counted() -> None:
+    verdicts = [_verdict(Status.CORRECT, 2.0), _verdict(Status.INCORRECT),
+                _verdict(Status.SKIPPED), _verdict(Status.SKIPPED)]
+    m = compute_metrics(verdicts)
+    assert (m.pairs, m.skipped) == (2, 2)
+    assert m.compile_rate == 1.0 and m.correct_rate == 0.5 and m.fast_p["fast_1"] == 0.5
+    assert m.statuses["skipped"] == 2
+
+
+def test_geomean_is_over_passed_pairs_only() -> None:
+    verdicts = [_verdict(Status.CORRECT, 2.0), _verdict(Status.CORRECT, 8.0), _verdict(Status.INCORRECT, 1000.0),
+                _verdict(Status.CRASHED)]
+    m = compute_metrics(verdicts)
+    assert m.geomean_speedup == pytest.approx(4.0)
+    assert m.speedups_counted == 2
+
+
+def test_geomean_in_log_space_survives_values_whose_product_overflows() -> None:
+    values = [1e300, 1e300, 1e-300, 1e-300, 4.0]
+    assert math.prod(values[:2]) == math.inf  # a naive product would overflow
+    assert geometric_mean(values) == pytest.approx(4.0 ** (1 / 5))
+    assert geometric_mean([1e200] * 10) == pytest.approx(1e200)
+    assert geometric_mean([1e-200] * 10) == pytest.approx(1e-200)
+    assert geometric_mean([]) is None
+
+
+def test_no_pairs_gives_zero_rates_and_no_geomean() -> None:
+    m = compute_metrics([_verdict(Status.SKIPPED)])
+    assert m.pairs == 0 and m.correct_rate == 0.0 and m.geomean_speedup is None
+    assert set(m.fast_p.values()) == {0.0}
+
+
+def _pass_at_k_brute_force(n: int, c: int, k: int) -> float:
+    """The share of all k-subsets of n samples (c of them correct) that hold a correct one."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize(("n", "c", "k"),
+                         [(n, c, k) for n in (1, 2, 5, 8) for c in range(n + 1) for k in range(1, n + 1)])
+def test_pass_at_k_matches_brute_force(n: int, c: int, k: int) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(_pass_at_k_brute_force(n, c, k), abs=1e-12)
+
+
+def test_pass_at_k_rejects_nonsense() -> None:
+    with pytest.raises(ValueError):
+        pass_at_k(0, 0, 1)
+    with pytest.raises(ValueError):
+        pass_at_k(5, 1, 0)
+
+
+def test_pass_at_k_by_model_averages_over_problems() -> None:
+    a = [Status.CORRECT] * 2 + [Status.INCORRECT] * 3  # 2 of 5 samples pass on problem A
+    b = [Status.CORRECT] * 1 + [Status.CRASHED] * 4  # 1 of 5 on problem B
+    verdicts = (
+        [_verdict(s, 1.0, problem="L1/1_A", model="m", sample=i) for i, s in enumerate(a)]
+        + [_verdict(s, 1.0, problem="L1/2_B", model="m", sample=i) for i, s in enumerate(b)]
+        + [_verdict(Status.CORRECT, 1.0, problem="L1/1_A", model="single", sample=0)]  # one sample: no pass@k
+    )
+    table = pass_at_k_by_model(verdicts)
+    assert set(table) == {"standard/m"}
+    assert set(table["standard/m"]) == {"pass@1", "pass@5"}  # k <= samples per problem
+    assert table["standard/m"]["pass@1"] == pytest.approx((2 / 5 + 1 / 5) / 2)
+    assert table["standard/m"]["pass@5"] == pytest.approx(1.0)
+
+
+def test_metrics_grouped_by_protocol_and_level() -> None:
+    verdicts = [
+        _verdict(Status.CORRECT, 2.0, level=1), _verdict(Status.INCORRECT, level=1),
+        _verdict(Status.CORRECT, 0.5, level=2), _verdict(Status.COMPILE_ERROR, level=None),
+        _verdict(Status.VERIFIED, 1.5, level=1, protocol="verified"),
+    ]
+    groups = metrics_by_group(verdicts)
+    assert list(groups) == ["standard", "verified"]
+    assert list(groups["standard"]) == ["all", "L1", "L2", "L?"]
+    std = groups["standard"]
+    assert (std["all"].pairs, std["L1"].pairs, std["L2"].pairs, std["L?"].pairs) == (4, 2, 1, 1)
+    assert std["L1"].correct_rate == 0.5 and std["L1"].geomean_speedup == pytest.approx(2.0)
+    assert std["L2"].fast_p["fast_0.5"] == 0.0 and std["L2"].fast_p["fast_0"] == 1.0
+    assert std["all"].geomean_speedup == pytest.approx(1.0)
+    assert std["L?"].compile_rate == 0.0
+    assert groups["verified"]["all"].passed == 1 and groups["verified"]["L1"].fast_p["fast_1"] == 1.0

@@ -1,0 +1,122 @@
+"""The standard (KernelBench) protocol's decisions on honest and wrong candidates, through evaluate().
+
+One run over a directory at the default tolerance (1e-2), and a second over two of the same
+candidates in the same run directory at KernelBench HEAD's 1e-4.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kbv.api import EvalConfig, RunResult, evaluate
+from kbv.verdict import Category, Status, Verdict
+from sources import (DTYPE_RELU, HONEST_LINEAR, HONEST_RELU, LINEAR_PROBLEM, NEAR_RELU, NONE_RELU, RELU_PROBLEM,
+                     SHAPE_RELU, TUPLE_RELU, WRONG_RELU, write_tree)
+
+CANDIDATES = {
+    "19_ReLU__honest.py": HONEST_RELU,
+    "19_ReLU__wrong.py": WRONG_RELU,
+    "19_ReLU__shape.py": SHAPE_RELU,
+    "19_ReLU__dtype.py": DTYPE_RELU,
+    "19_ReLU__tuple.py": TUPLE_RELU,
+    "19_ReLU__none.py": NONE_RELU,
+    "19_ReLU__near.py": NEAR_RELU,
+    "3_Linear__honest.py": HONEST_LINEAR,
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("standard")
+    write_tree(root / "problems", {"level1/19_ReLU.py": RELU_PROBLEM, "level1/3_Linear.py": LINEAR_PROBLEM})
+    write_tree(root / "candidates", CANDIDATES)
+    write_tree(root / "strict", {k: CANDIDATES[k] for k in ("19_ReLU__honest.py", "19_ReLU__near.py")})
+    return root
+
+
+def _config(root: Path, candidates: str, cache_dir: Path, **kw: object) -> EvalConfig:
+    return EvalConfig(candidates=str(root / candidates), problems=str(root / "problems"), device="cpu",
+                      run_dir=str(root / "run"), cache_dir=str(cache_dir), timeout_s=120,
+                      **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def loose(workspace: Path, cache_dir: Path) -> RunResult:
+    return evaluate(_config(workspace, "candidates", cache_dir))
+
+
+@pytest.fixture(scope="module")
+def strict(workspace: Path, cache_dir: Path, loose: RunResult) -> RunResult:
+    return evaluate(_config(workspace, "strict", cache_dir, tolerance=1e-4))
+
+
+def _by_name(result: RunResult) -> dict[str, Verdict]:
+    return {v.candidate: v for v in result.verdicts}
+
+
+@pytest.fixture(scope="module")
+def verdicts(loose: RunResult) -> dict[str, Verdict]:
+    return _by_name(loose)
+
+
+def test_honest_candidate_is_correct_with_a_speedup(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["19_ReLU__honest"]
+    assert v.status is Status.CORRECT and v.message == "5/5 trials passed"
+    assert [t.passed for t in v.trials] == [True] * 5 and {t.max_abs_err for t in v.trials} == {0.0}
+    assert v.timing is not None and v.timing.method == "host-timer"
+    assert v.timing.candidate.n == 100 and v.timing.baselines["eager"].n == 100  # KernelBench's 100 trials
+    assert v.speedup is not None and math.isfinite(v.speedup) and v.speedup > 0
+    expected = v.timing.baselines["eager"].mean_ms / v.timing.candidate.mean_ms
+    assert v.speedup == pytest.approx(expected)  # baseline / candidate, on the mean
+
+
+def test_same_layers_under_the_same_seed_get_the_same_weights(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["3_Linear__honest"]
+    assert v.status is Status.CORRECT, v.message
+    assert v.problem == "L1/3_Linear"
+
+
+def test_wrong_values_are_incorrect_with_trial_evidence(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["19_ReLU__wrong"]
+    assert v.status is Status.INCORRECT and v.categories == (Category.VALUE_MISMATCH,)
+    assert v.message.startswith("0/5 trials passed: max abs error")
+    assert len(v.trials) == 5 and not any(t.passed for t in v.trials)
+    assert all(t.max_abs_err is not None and t.max_abs_err > 1.0 for t in v.trials)  # |x| vs relu(x) on randn
+    assert all(t.category is Category.VALUE_MISMATCH for t in v.trials)
+    assert v.speedup is None and v.timing is None  # a wrong kernel is never timed
+
+
+@pytest.mark.parametrize(("name", "category", "note"), [
+    ("19_ReLU__shape", Category.SHAPE_MISMATCH, "shape (16, 255) != (16, 256)"),
+    ("19_ReLU__dtype", Category.DTYPE_MISMATCH, "dtype float64 != float32"),
+    ("19_ReLU__tuple", Category.SHAPE_MISMATCH, "returned 2 outputs, expected 1"),
+    ("19_ReLU__none", Category.NOT_A_TENSOR, "returned a NoneType, not a tensor"),
+])
+def test_malformed_outputs_are_incorrect_with_the_reason(verdicts: dict[str, Verdict], name: str,
+                                                         category: Category, note: str) -> None:
+    v = verdicts[name]
+    assert v.status is Status.INCORRECT
+    assert v.categories == (category,)
+    assert [t.note for t in v.trials] == [note] * 5
+    assert note in v.message
+
+
+def test_an_error_of_1e3_passes_at_tolerance_1e2(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["19_ReLU__near"]
+    assert v.status is Status.CORRECT, v.message
+    assert all(5e-4 < t.max_abs_err < 2e-3 for t in v.trials)
+
+
+def test_an_error_of_1e3_fails_at_tolerance_1e4(strict: RunResult) -> None:
+    v = _by_name(strict)["19_ReLU__near"]
+    assert v.status is Status.INCORRECT and v.categories == (Category.VALUE_MISMATCH,)
+    assert v.protocol_version == "kernelbench-v0.1+tol0.0001"
+    assert _by_name(strict)["19_ReLU__honest"].status is Status.CORRECT  # exact output passes either way
+
+
+def test_other_rules_are_evaluated_anew_not_resumed(loose: RunResult, strict: RunResult) -> None:
+    assert loose.evaluated == len(CANDIDATES)
+    assert (strict.evaluated, strict.resumed) == (2, 0)  # same run dir, same pairs, other tolerance
