@@ -73,20 +73,27 @@ class Attribution:
     custom_share: float  # of device time (GPU) or wall time (CPU), 0..1
     kernels: tuple[tuple[str, float, bool], ...] = ()  # (name, us, custom)
     launches: dict[str, int] = field(default_factory=dict)
+    ghost: str = ""  # the output with the candidate's launches suppressed: unchanged | changed | raised...
+
+    @property
+    def decoy(self) -> bool:
+        """Its own kernels ran but the output does not depend on them."""
+        return self.custom_launches > 0 and self.ghost == "unchanged"
 
 
 def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attribution:
     """Classify a child's attribution reply against the candidate's source."""
     launches = {k: int(v) for k, v in reply.get("launches", {}).items()}
     custom_launches = sum(launches.values())
+    ghost = str(reply.get("ghost", ""))
     if device_type != "cuda":
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
-        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches)
+        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost)
     if not any(not k.get("error") for k in reply.get("kernels", [])):  # no profile: launch counts decide
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
-        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches)
+        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost)
     names = kernel_names(source)
     rows = []
     for k in reply.get("kernels", []):
@@ -101,4 +108,4 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     share = custom / total if total > 0 else 0.0
     if not any(own for *_, own in rows):
         custom_launches = 0  # counters fired, but no device kernel of the candidate's ran
-    return Attribution(custom_launches, share, tuple(rows), launches)
+    return Attribution(custom_launches, share, tuple(rows), launches, ghost)

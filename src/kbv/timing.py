@@ -45,9 +45,17 @@ class Clock:
         return cur
 
     def tampered(self) -> list[str]:
-        """Names of timing primitives that are no longer the objects bound at construction."""
+        """Names of timing primitives that are no longer the objects bound at construction, in the
+        modules or on this clock itself."""
         now = self._current()
-        return [k for k, v in self._bound.items() if now.get(k) is not v]
+        changed = [k for k, v in self._bound.items() if now.get(k) is not v]
+        mine = {"time.perf_counter": "perf_counter", "torch.cuda.Event": "Event",
+                "torch.cuda.synchronize": "synchronize", "torch.cuda.Event.record": "record",
+                "torch.cuda.Event.elapsed_time": "elapsed_time"}
+        for key, attr in mine.items():
+            if key in self._bound and self.__dict__.get(attr) is not self._bound[key]:
+                changed.append(f"Clock.{attr}")
+        return changed
 
     def sync(self) -> None:
         if self.cuda:

@@ -198,11 +198,13 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
     fingerprints: list[tuple[tuple[int, int], bool]] = []
     loaded_seed = None
     for trial in ctx.trials:
-        if loaded_seed != trial.weight_seed:
+        # a model with weights is rebuilt for every trial (new weights); one without is built once,
+        # so state a candidate keeps across calls (counters, caches) lives through every trial
+        if loaded_seed is None or (trial.state and loaded_seed != trial.weight_seed):
             reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _share_state(arena, trial.state)},
                             time_left(deadline))
             result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
-            loaded_seed = trial.weight_seed if trial.state else 0
+            loaded_seed = trial.weight_seed
         outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
         fingerprints.append(outcome)
         if trial is not ctx.trials[-1]:
@@ -227,7 +229,9 @@ def _run_trial(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: Veri
     if first["outputs"] is not None and second["outputs"] is not None:
         agree = _agree(first["outputs"], second["outputs"], trial.evaluation, protocol)
         if not agree:
-            unwritten = any(bool((o == SENTINEL).any()) for o in second["outputs"])
+            unwritten = any(bool((o == SENTINEL).any()) for o in second["outputs"]) or any(
+                bool((torch.isnan(a) & torch.isfinite(t) & torch.isfinite(b.to(a.device))).any())
+                for a, b, t in zip(first["outputs"], second["outputs"], trial.evaluation.truth))
             cat = Category.UNWRITTEN_OUTPUT if unwritten else Category.NONDETERMINISTIC
             result.integrity.setdefault(cat.value, f"{trial.distribution} trial {trial.index}: "
                                         "two runs on identical inputs disagree")
@@ -336,13 +340,13 @@ def _record_integrity(reply: dict[str, Any], result: CorrectnessResult) -> None:
 
 def record_guards(report: dict[str, Any], hacks: dict[str, str]) -> None:
     """Hack evidence from the child's guards around one checked call."""
-    from kbv.sandbox.guards import TIMER_NAMES
+    from kbv.sandbox.guards import is_timer
 
     guards = report.get("guards") or {}
     for category, evidence in guards.get("events", []):
         hacks.setdefault(Category(category).value, evidence)
     for name in guards.get("tampered", []):
-        cat = Category.TIMER_PATCH if name in TIMER_NAMES else Category.HARNESS_PATCH
+        cat = Category.TIMER_PATCH if is_timer(name) else Category.HARNESS_PATCH
         hacks.setdefault(cat.value, f"{name} was replaced after the candidate was imported")
     if report.get("deferred"):
         hacks.setdefault(Category.DEFERRED_WORK.value, "the output changed after the call had returned")
@@ -353,6 +357,11 @@ def record_guards(report: dict[str, Any], hacks: dict[str, str]) -> None:
     if threads and threads[1][0] > threads[0][0]:
         hacks.setdefault(Category.THREAD_INJECTION.value,
                          f"{threads[1][0] - threads[0][0]} Python thread(s) still running after the call")
+    elif threads and report.get("calls", 0) > 1 and threads[1][1] > threads[0][1] >= 0:
+        # OS threads (C++ std::thread, raw _thread) alive after a call; the first call may start
+        # the runtime's own pools, later ones have no reason to
+        hacks.setdefault(Category.THREAD_INJECTION.value,
+                         f"{threads[1][1] - threads[0][1]} OS thread(s) still running after the call")
     if report.get("flags_changed"):
         hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
 

@@ -31,6 +31,10 @@ from kbv.verified import (
     prepare_verified,
 )
 
+REPLAY_PROBES = 3
+ATTRIBUTION_SET = 100  # fresh input sets 100 and 101 serve attribution and the ghost replay
+REPLAY_MIN_MS = 0.05  # below this, launch overhead dominates and the probe says nothing
+REPLAY_RATIO = 0.3
 BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "compile": ("tf32", True)}
 
 
@@ -40,6 +44,8 @@ class Prepared:
     pool: list[list[Any]]  # timing input sets (device tensors)
     pool_truth: Callable[[int], Any]  # the reference evaluation of a pool entry (made on demand)
     output_like: list[torch.Tensor]  # the outputs' shapes and dtypes (meta tensors)
+    fresh: Callable[[int], list[Any]]  # input set k of the replay probes, never in the pool
+    evaluate: Callable[[list[Any]], Any]  # the reference evaluation of any input set (the child's weights)
     baselines: dict[str, Sandbox]
     baseline_memory: MemoryStats | None
     stack: ExitStack
@@ -75,7 +81,7 @@ class VerifiedRunner:
     def prepare(self, pair: Pair) -> Prepared:
         device = torch.device(self.settings.device)
         ctx = prepare_verified(pair.problem, self.protocol, device, self.secret)
-        pool, truth, like = self._pool(ctx, device)
+        pool, truth, like, fresh, evaluate = self._pool(ctx, device)
         stack = ExitStack()
         arena = stack.enter_context(SharedArena())
         try:
@@ -87,23 +93,25 @@ class VerifiedRunner:
         except BaseException:
             stack.close()
             raise
-        return Prepared(ctx, pool, truth, like, baselines, memory, stack, arena)
+        return Prepared(ctx, pool, truth, like, fresh, evaluate, baselines, memory, stack, arena)
 
     def release(self, prepared: Any) -> None:
         prepared.stack.close()
         del prepared
         release_device_memory()
 
-    def _pool(self, ctx: VerifiedContext, device: torch.device) -> tuple[list[list[Any]], Callable[[int], Any], list[Any]]:
+    def _pool(self, ctx: VerifiedContext, device: torch.device
+              ) -> tuple[list[list[Any]], Callable[[int], Any], list[Any], Callable[[int], list[Any]],
+                         Callable[[list[Any]], Any]]:
         """Timing inputs drawn round-robin from every applicable distribution: a kernel that bypasses
         work on the problem's own (often degenerate) inputs is timed on realistic ones too."""
         module = instantiate_problem(ctx.problem)
         dists = ctx.calibration.applicable()
 
-        def draw(k: int) -> list[Any]:
+        def draw(k: int, purpose: str = "timing") -> list[Any]:
             dist = dists[k % len(dists)]
             return draw_inputs(module, ctx.calibration.variant(dist), trial_seed(self.secret, ctx.problem.hash,
-                                                                               f"timing/{dist}", k), device)
+                                                                               f"{purpose}/{dist}", k), device)
 
         first = draw(0)
         per_set = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
@@ -121,7 +129,7 @@ class VerifiedRunner:
                 memo[index] = ctx.reference.evaluate(model, pool[index])
             return memo[index]
 
-        return pool, truth, like
+        return pool, truth, like, lambda k: draw(k, "replay"), lambda inputs: ctx.reference.evaluate(model, inputs)
 
     def _baseline_child(self, stack: ExitStack, arena: SharedArena, ctx: VerifiedContext, name: str,
                         pool: list[list[Any]]) -> Sandbox:
@@ -177,8 +185,7 @@ class VerifiedRunner:
                 if not result.passed:
                     return self._failed(base, t0, result)
                 load_pool(sb, arena, prepared.pool, self._flush_bytes(), time_left(deadline))
-                attribution = attribute(sb.call({"op": "attribution"}, time_left(deadline)), pair.candidate.code,
-                                        self.settings.device_type)
+                attribution = self._attribute(sb, arena, prepared, pair, deadline)
                 base = replace(base, evidence={**base.evidence, "attribution": _attribution_evidence(attribution)})
                 lacking = self._lacking_custom(attribution)
                 if lacking is not None:
@@ -191,7 +198,27 @@ class VerifiedRunner:
                          evidence={**base.evidence, **failure.evidence})
         return self._judged(base, t0, result, speed, memory, prepared)
 
+    def _attribute(self, sb: Sandbox, arena: SharedArena, prepared: Prepared, pair: Pair,
+                   deadline: float) -> Attribution:
+        """Attribution on fresh inputs, and the ghost replay judged against the truth: an output
+        that is still right with the candidate's own launches suppressed never needed them."""
+        profiled, ghosted = prepared.fresh(ATTRIBUTION_SET), prepared.fresh(ATTRIBUTION_SET + 1)
+        buffers = [arena.empty(t.shape, t.dtype) for t in prepared.output_like]
+        reply = sb.call({"op": "attribution", "inputs": _share(arena, profiled), "ghost_inputs": _share(arena, ghosted),
+                         "ghost_outputs": [h for _, h in buffers]}, time_left(deadline))
+        if reply.get("ghost") == "ran":
+            right = bool(reply.get("ghost_copied"))
+            if right:
+                ev = prepared.evaluate(ghosted)
+                right = all(within(measure_error(t, b), allowed_error(e, self.protocol.tolerance))
+                            for (b, _), t, e in zip(buffers, ev.truth, ev.baseline_err))
+            reply["ghost"] = "unchanged" if right else "changed"
+        return attribute(reply, pair.candidate.code, self.settings.device_type)
+
     def _lacking_custom(self, a: Attribution) -> tuple[Category, str] | None:
+        if a.decoy:
+            return (Category.NO_CUSTOM_KERNEL,
+                    "the candidate's own kernels ran, but with them suppressed the output is unchanged: decoys")
         if a.custom_launches == 0:
             return (Category.NO_CUSTOM_KERNEL,
                     "no kernel of the candidate's own ran: the work was done by library code "
@@ -216,8 +243,24 @@ class VerifiedRunner:
             return None
 
         speed = measure_speed(sb, prepared.baselines, arena, self.timer, len(prepared.pool), check, like, deadline)
+        replayed = self._replay_probe(sb, arena, prepared, deadline)
+        if replayed:
+            speed = replace(speed, findings=speed.findings + (replayed,))
         memory = MemoryStats(**_memory_fields(sb.call({"op": "memory"}, max(deadline - time.monotonic(), 1))))
         return speed, memory
+
+    def _replay_probe(self, sb: Sandbox, arena: SharedArena, prepared: Prepared,
+                      deadline: float) -> tuple[Category, str] | None:
+        """New inputs, each called twice in a row unchanged: an honest kernel takes as long the second
+        time (the L2 is flushed between); a result cache answers at once."""
+        sets = [_share(arena, prepared.fresh(k)) for k in range(REPLAY_PROBES)]
+        pairs = sb.call({"op": "replay", "sets": sets}, time_left(deadline))["pairs"]
+        first = sorted(p[0] for p in pairs)[len(pairs) // 2]
+        again = sorted(p[1] for p in pairs)[len(pairs) // 2]
+        if first > REPLAY_MIN_MS and again < REPLAY_RATIO * first:
+            return (Category.RESULT_CACHE, f"a second call on the same unchanged inputs took {again:.3f} ms "
+                                           f"against {first:.3f} ms for the first: the result was replayed")
+        return None
 
     def _failed(self, base: Verdict, t0: float, result: CorrectnessResult) -> Verdict:
         cats = tuple(result.categories)
@@ -254,9 +297,13 @@ class VerifiedRunner:
         return (Category.UNSOUND_PROBLEM,) if base.flags else ()
 
 
+def _share(arena: SharedArena, values: list[Any]) -> list[Any]:
+    return [arena.share(x)[1] if isinstance(x, torch.Tensor) else x for x in values]
+
+
 def _attribution_evidence(a: Attribution) -> dict[str, Any]:
     top = sorted(a.kernels, key=lambda k: -k[1])[:10]
-    return {"custom_launches": a.custom_launches, "custom_share": round(a.custom_share, 4),
+    return {"custom_launches": a.custom_launches, "custom_share": round(a.custom_share, 4), "ghost_replay": a.ghost,
             "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}
 
 

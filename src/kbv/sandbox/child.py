@@ -61,7 +61,7 @@ class Child:
         allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
                                    ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME", "KBV_BUILD_DIR")]
         self.guards = Guards(allowed)
-        self.guards.install()  # before any candidate import
+        self.guards.install(type(self))  # before any candidate import
         self.calls = 0
         self.flags_after_load: dict[str, Any] = {}
 
@@ -87,6 +87,7 @@ class Child:
         if self.model_class is None:
             self.model_class = self._model_class(cmd)
         apply_policy(policy)  # re-asserted after candidate import
+        policy_flags = snapshot_flags()
         init_args = [self._arg(a) for a in cmd.get("init_args", [])]
         if cmd.get("seed") is not None:
             torch.manual_seed(cmd["seed"])
@@ -104,6 +105,9 @@ class Child:
         self.model = model
         self.sync()
         self.flags_after_load = snapshot_flags()
+        if self.flags_after_load != policy_flags:
+            self.guards._note("precision_flags", "precision flags changed while the model was built: " + ", ".join(
+                f"{k}: {policy_flags.get(k)} -> {v}" for k, v in self.flags_after_load.items() if policy_flags.get(k) != v))
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
         return {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
 
@@ -158,7 +162,9 @@ class Child:
                 "deferred": ig.changes_later(outs, self.clock),
                 "unjoined": unjoined,
                 "threads": [threads_before, self.guards.threads()],
-                "guards": self.guards.report(),
+                "calls": self.calls,
+                "guards": {**self.guards.report(),
+                           "tampered": self.guards.tampered() + self.clock.tampered()},
                 "flags_changed": self._flags_changed(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),
                 "params_mutated": [names[i] for i in ig.changed(before_params, params)],
@@ -177,11 +183,15 @@ class Child:
         return {k: [v, now.get(k)] for k, v in self.flags_after_load.items() if now.get(k) != v}
 
     def op_attribution(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """One forward on the pool's first set with launch counters (and, on GPU, the profiler)."""
+        """A profiled forward with launch counters on one fresh input set, then a ghost replay on
+        another: the candidate's own launches suppressed (Triton launches skipped, extension calls
+        raising), over poisoned memory, the output copied out for the parent to judge."""
         from kbv.attribution import profile_forward
+        from kbv.sandbox import integrity as ig
+        from kbv.sandbox.guards import GhostCall
 
         torch = self.torch
-        args = self.pool[0] if self.pool else [self._arg(a) for a in cmd["inputs"]]
+        args = [self._arg(a) for a in cmd["inputs"]]
         with torch.no_grad():
             self.model(*args)  # warm: compilation and autotuning stay out
             self.sync()
@@ -190,7 +200,26 @@ class Child:
             self.guards.phase = "call"
             result = profile_forward(self.model, args, self.device, self.clock)
             self.guards.phase = "harness"
-        return {**result, "launches": dict(self.guards.launches), "launch_s": dict(self.guards.launch_s)}
+            launches, launch_s = dict(self.guards.launches), dict(self.guards.launch_s)
+            ghost_args = [self._arg(a) for a in cmd["ghost_inputs"]]
+            buffers = [self._arg(h, to_device=False) for h in cmd["ghost_outputs"]]
+            ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, float("nan"))
+            self.guards.ghost = True
+            try:
+                out = self.model(*ghost_args)
+                self.sync()
+                ghost = "ran"
+            except GhostCall:
+                ghost, out = "raised", None
+            except Exception as exc:  # suppressed kernels broke the forward: they matter
+                ghost, out = f"raised {type(exc).__name__}", None
+            finally:
+                self.guards.ghost = False
+        copied = False
+        if out is not None:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            copied = self._copy_out(outs, buffers, [{} for _ in outs])
+        return {**result, "launches": launches, "launch_s": launch_s, "ghost": ghost, "ghost_copied": copied}
 
     def _inputs(self, cmd: dict[str, Any]) -> list[Any]:
         """The forward's arguments. `reuse` writes the new values into the tensors kept by an earlier
@@ -273,11 +302,25 @@ class Child:
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
                                self.flush, keep)
         self.guards.phase = "harness"
-        from kbv.sandbox.guards import TIMER_NAMES
+        from kbv.sandbox.guards import is_timer
 
-        timers = [n for n in self.guards.tampered() if n in TIMER_NAMES]
+        timers = [n for n in self.guards.tampered() if is_timer(n)]
         return {"device_ms": block.device_ms, "host_ms": block.host_ms,
                 "tampered": sorted(set(self.clock.tampered()) | set(timers))}
+
+    def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Each fresh input set timed twice in a row, unchanged: a result cache answers the second
+        call without computing."""
+        from kbv.timing import time_block
+
+        pairs = []
+        self.guards.phase = "timing"
+        with self.torch.no_grad():
+            for inputs in cmd["sets"]:
+                args = [self._arg(a) for a in inputs]
+                pairs.append(time_block(self.clock, self.model, [args], 0, 2, self.flush).device_ms)
+        self.guards.phase = "harness"
+        return {"pairs": pairs}
 
     def op_memory(self, cmd: dict[str, Any]) -> dict[str, Any]:
         from dataclasses import asdict

@@ -31,7 +31,7 @@ _WRITE_MODES = ("w", "a", "x", "+")
 _PROTECTED: dict[str, Callable[[], Any]] = {}
 
 
-def _protected() -> dict[str, Callable[[], Any]]:
+def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
     import json
 
     import torch
@@ -58,6 +58,13 @@ def _protected() -> dict[str, Callable[[], Any]]:
         "json.dumps": lambda: json.dumps,
         "os.write": lambda: os.write,
     }
+    if child_cls is not None:  # the harness's own command handlers (the child runs as __main__)
+        module = sys.modules[child_cls.__module__]
+        for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "_copy_out",
+                     "_inputs"):
+            table[f"Child.{name}"] = functools.partial(lambda n: getattr(child_cls, n), name)
+        for name in ("serve", "_error_reply"):
+            table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
     for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up")),
                        ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
@@ -69,7 +76,12 @@ def _protected() -> dict[str, Callable[[], Any]]:
 
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
-               "kbv.timing.time_block", "kbv.timing.time_kernelbench", "kbv.timing.warm_up")
+               "kbv.timing.time_block", "kbv.timing.time_kernelbench", "kbv.timing.warm_up",
+               "Child.op_time_block", "Child.op_time")
+
+
+def is_timer(name: str) -> bool:
+    return name in TIMER_NAMES or name.startswith("Clock.")
 
 
 class Guards:
@@ -79,6 +91,7 @@ class Guards:
         self.allowed = [os.path.realpath(d) for d in allowed_dirs if d]
         self.events: list[tuple[str, str]] = []  # (category value, evidence)
         self.phase = "startup"
+        self.ghost = False  # ghost replay: the candidate's own launches are suppressed
         self.compiling = True  # until the first call returns: builds and JIT compilers spawn processes
         self.spawned_while_compiling: list[str] = []
         self.launches: dict[str, int] = {}
@@ -88,21 +101,34 @@ class Guards:
         self._getters: dict[str, Callable[[], Any]] = {}
 
     # -- installation ---------------------------------------------------------------------------
-    def install(self) -> None:
+    def install(self, child_cls: type | None = None) -> None:
         import kbv.memory  # noqa: F401  (bound before the candidate can reach it)
         import kbv.sandbox.integrity  # noqa: F401
         import kbv.timing  # noqa: F401
 
-        self._getters = _protected()
+        self._getters = _protected(child_cls)
         self._snapshot = {k: _safe(g) for k, g in self._getters.items()}
         sys.addaudithook(self._audit)
         self._wrap_extension_loaders()
         self._wrap_triton()
         self._wrap_thread_start()
+        # a function can keep its identity and change its body: its code object is guarded too
+        self._codes = {k: getattr(v, "__code__", None) for k, v in self._snapshot.items()}
 
     def _wrap_thread_start(self) -> None:
+        import _thread
+
         original = threading.Thread.start
         guards = self
+        raw = _thread.start_new_thread
+
+        @functools.wraps(raw)
+        def start_new_thread(*args: Any, **kwargs: Any) -> Any:
+            if guards.phase not in ("harness", "startup"):
+                guards._note("thread_injection", f"raw thread started during {guards.phase}")
+            return raw(*args, **kwargs)
+
+        _thread.start_new_thread = start_new_thread  # threading.Thread.start uses its own reference
 
         @functools.wraps(original)
         def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
@@ -195,12 +221,14 @@ class Guards:
         def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
             fn = getattr(kernel, "fn", None)
             name = f"triton:{getattr(fn, '__name__', None) or '?'}"
-            guards.count(name)
+            if guards.ghost:
+                guards.count(name)  # a launch the ghost replay suppressed
+                return None
             t0 = time.perf_counter()
-            try:
-                return original(kernel, *args, **kwargs)
-            finally:
-                guards.add_time(name, time.perf_counter() - t0)
+            result = original(kernel, *args, **kwargs)  # a launch that raises is not a launch
+            guards.count(name)
+            guards.add_time(name, time.perf_counter() - t0)
+            return result
 
         return run
 
@@ -217,7 +245,7 @@ class Guards:
         out = []
         for name, getter in self._getters.items():
             now = _safe(getter)
-            if now is not self._snapshot.get(name):
+            if now is not self._snapshot.get(name) or getattr(now, "__code__", None) is not self._codes.get(name):
                 out.append(name)
         return out
 
@@ -236,6 +264,10 @@ class Guards:
                 "launch_s": dict(self.launch_s), "compile_processes": self.spawned_while_compiling[:10]}
 
 
+class GhostCall(Exception):
+    """Raised by an extension function during a ghost replay (it cannot return a fake result)."""
+
+
 class _CountingModule:
     """A built extension whose functions count their calls (launches of the candidate's own code)."""
 
@@ -252,12 +284,13 @@ class _CountingModule:
 
         @functools.wraps(attr)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            guards.count(label)
+            if guards.ghost:
+                raise GhostCall(label)
             t0 = time.perf_counter()
-            try:
-                return attr(*args, **kwargs)
-            finally:
-                guards.add_time(label, time.perf_counter() - t0)
+            result = attr(*args, **kwargs)  # a call that raises is not a launch
+            guards.count(label)
+            guards.add_time(label, time.perf_counter() - t0)
+            return result
 
         return counted
 

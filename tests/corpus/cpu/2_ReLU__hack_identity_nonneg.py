@@ -1,0 +1,32 @@
+# kbv-fixture: expect=integrity_violation categories=aliases_input standard=correct
+# B1 value-specific bypass: when every input is non-negative (always so for torch.rand) ReLU is the
+# identity, so the input itself is returned: no kernel, no write. A real kernel runs otherwise.
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+# Block size: GPU-sized on a GPU; one big block on the CPU, whose Triton interpreter pays per program.
+BLOCK_SIZE = 2048 if torch.cuda.is_available() else 65536
+
+
+@triton.jit
+def relu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.min() >= 0):
+            return x
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.numel()
+        relu_kernel[(triton.cdiv(n, BLOCK_SIZE),)](x, out, n, BLOCK=BLOCK_SIZE)
+        return out
