@@ -20,13 +20,13 @@ step() {  # step NAME SECONDS COMMAND...
 
 for s in "$@"; do
   case $s in
-    env) step env 60 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
+    env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
     examples-json) step examples-json 60 $KBV report /tmp/runs/examples --format json ;;
     examples-standard) step examples-standard "${EXAMPLES_LIMIT:-200}" $KBV eval examples/ --problems full --protocol standard --device cuda --run /tmp/runs/examples-standard ;;
     examples-both-smoke) step examples-both-smoke "${SMOKE_LIMIT:-120}" $KBV eval examples/ --problems smoke --protocol both --device cuda --run /tmp/runs/examples-smoke --timer-budget 4 ;;
-    reports) step reports 60 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
+    reports) step reports 30 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
     soundness) step soundness 300 $KBV problems check full --device cuda --all ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     *) echo "unknown step $s" ;;
