@@ -109,7 +109,8 @@ def main() -> int:
             row = repeatability(problems[key], device, config, root)
             row["do_bench_ms"] = do_bench_ms(problems[key], device)
             rows.append(row)
-            print(f"  measured {key}", file=sys.stderr, flush=True)
+            print(f"  {key}: base {row['base_ms']:.4f} ms, do_bench {row['do_bench_ms']}, speedups "
+                  f"{row['s1']:.4f} / {row['s2']:.4f}, timer {row['timer_s']:.1f} s", flush=True)
         tf32 = tf32_effect(args.problems, args.device, root, args.budget)
     print("\n(a) repeatability, (b) baseline vs do_bench, (d) timer time  [reference vs itself: true speedup 1.0]")
     print(f"{'problem':28} {'kbv base ms':>11} {'do_bench ms':>11} {'ratio':>6} {'speedup 1':>9} {'speedup 2':>9} "

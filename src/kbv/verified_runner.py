@@ -32,7 +32,7 @@ from kbv.verified import (
 )
 
 REPLAY_PROBES = 3
-ATTRIBUTION_SET = 100  # fresh input sets 100 and 101 serve attribution and the ghost replay
+ATTRIBUTION_SET = 100  # fresh input sets 100-102: warm-up, the profiled forward, the ghost replay
 REPLAY_MIN_MS = 0.05  # below this, launch overhead dominates and the probe says nothing
 REPLAY_RATIO = 0.3
 BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "compile": ("tf32", True)}
@@ -202,10 +202,11 @@ class VerifiedRunner:
                    deadline: float) -> Attribution:
         """Attribution on fresh inputs, and the ghost replay judged against the truth: an output
         that is still right with the candidate's own launches suppressed never needed them."""
-        profiled, ghosted = prepared.fresh(ATTRIBUTION_SET), prepared.fresh(ATTRIBUTION_SET + 1)
+        warm, profiled, ghosted = (prepared.fresh(ATTRIBUTION_SET + k) for k in range(3))
         buffers = [arena.empty(t.shape, t.dtype) for t in prepared.output_like]
-        reply = sb.call({"op": "attribution", "inputs": _share(arena, profiled), "ghost_inputs": _share(arena, ghosted),
-                         "ghost_outputs": [h for _, h in buffers]}, time_left(deadline))
+        reply = sb.call({"op": "attribution", "warm_inputs": _share(arena, warm), "inputs": _share(arena, profiled),
+                         "ghost_inputs": _share(arena, ghosted), "ghost_outputs": [h for _, h in buffers]},
+                        time_left(deadline))
         if reply.get("ghost") == "ran":
             right = bool(reply.get("ghost_copied"))
             if right:
