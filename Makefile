@@ -32,7 +32,7 @@ test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
 demo: install
-	$(BIN)/kbv eval examples/ --problems smoke --device auto --run $(DEMO_RUN)
+	$(BIN)/kbv eval examples/ --problems smoke --protocol both --device auto --timer-budget 2 --run $(DEMO_RUN)
 
 clean:
 	rm -rf $(VENV) $(DEMO_RUN) build src/*.egg-info
