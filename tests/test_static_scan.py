@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from kbv.scan import RULES, cpp_tokens, scan_cpp, scan_source
 from kbv.scan_command import scan_command
-from kbv.static_scan import RULES, cpp_tokens, scan_cpp, scan_source
 from kbv.verdict import Category, Finding
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kbv.errors import CandidateSourceError, KbvError, UsageError
-from kbv.static_scan import scan_source
+from kbv.scan import scan_source
 from kbv.verdict import Finding
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}

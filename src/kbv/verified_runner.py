@@ -167,7 +167,7 @@ class VerifiedRunner:
     def evaluate(self, pair: Pair, prepared: Prepared, build: Build) -> Verdict:
         t0 = time.monotonic()
         ctx = prepared.ctx
-        from kbv.static_scan import scan_source
+        from kbv.scan import scan_source
 
         base = replace(self.blank(pair), flags=ctx.flags, findings=tuple(scan_source(pair.candidate.code)),
                        evidence={"calibration": ctx.calibration.variants, "calibration_notes": ctx.calibration.notes,
