@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from kbv.sandbox import ChildSpec, Sandbox, SharedArena
-from kbv.speed import TimerConfig, load_pool, measure_speed
+from kbv.speed import CHARGE_RATIO, HACK_RATIO, TimerConfig, _Side, load_pool, measure_speed, wall_bound
 from kbv.stats import StopRule
 from kbv.verdict import Category
 
@@ -40,6 +40,15 @@ time.perf_counter = lambda: _real() / 2
 class ModelNew(torch.nn.Module):
     def forward(self, x):
         return (x @ x.T).tanh()
+"""
+FINALISER = """
+import weakref, torch
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        y = (x @ x.T).tanh()
+        # work that the child's clock does not see: it runs when the harness drops the output
+        weakref.finalize(y, lambda: [(x @ x.T).tanh() for _ in range(4)])
+        return y
 """
 
 
@@ -133,3 +142,42 @@ def test_memory_figures_see_a_64_mib_scratch_buffer_on_cpu(children, tmp_path):
     extra = figures["fat"]["peak_bytes"] - figures["base"]["peak_bytes"]
     assert extra >= 60 << 20
     assert figures["fat"]["retained_bytes"] < 32 << 20
+
+
+def test_work_done_outside_the_timed_window_is_a_timing_mismatch(children, tmp_path):
+    cand = children("cand", _candidate(tmp_path, FINALISER, "finaliser"))
+    base = children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.05, max_time_s=3.0), warmup_ms=20)
+    with SharedArena() as arena:
+        for sb in (cand, base):
+            load_pool(sb, arena, _pool(), 0, 60)
+        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
+                               [torch.empty(256, 256)], time.monotonic() + 60)
+    assert any(c is Category.TIMING_MISMATCH for c, _ in result.findings), result.findings
+    # and the speed it is credited with is its wall time's: five matmuls a call, not one
+    assert result.charge > HACK_RATIO
+    assert result.speedups["eager-tf32"] < 0.5
+
+
+def _sides(cand_device, cand_wall, base_device=1.0, base_wall=1.2):
+    cand, base = _Side("candidate", None), _Side("eager", None)
+    cand.device_ms, cand.parent_ms = [cand_device] * 20, [cand_wall] * 4
+    base.device_ms, base.parent_ms = [base_device] * 20, [base_wall] * 4
+    return cand, base
+
+
+def test_wall_bound_leaves_a_candidate_within_noise_alone():
+    bound = wall_bound(*_sides(10.0, 10.0 * CHARGE_RATIO + 0.2))  # the baseline's 0.2 ms overhead on top
+    assert bound.charge == 1.0 and not bound.findings and not bound.notes
+
+
+def test_wall_bound_charges_a_moderate_gap_without_calling_it_a_hack():
+    bound = wall_bound(*_sides(10.0, 13.2))  # 13.0 ms implied, 1.3x the report
+    assert bound.charge == pytest.approx(1.3) and not bound.findings
+    assert "charged the wall time" in bound.notes[0]
+
+
+def test_wall_bound_names_a_gross_gap():
+    bound = wall_bound(*_sides(10.0, 30.2))
+    assert bound.charge == pytest.approx(3.0)
+    assert [c for c, _ in bound.findings] == [Category.TIMING_MISMATCH]

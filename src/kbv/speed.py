@@ -6,7 +6,9 @@ values, more bytes in total than the L2 cache). After a warm-up by time, the par
 device-wide synchronise inside its timed window. Sampling stops once every median is known to the
 target precision, or at a cap. A random call of every candidate block has its output copied out and
 checked against the truth. The parent's own wall clock around each block bounds what a child can
-claim; primitives re-bound by the candidate are reported by the child's clock.
+claim: a candidate whose wall time (less the baseline child's overhead) exceeds its reported time
+beyond noise is charged the wall time, and one that exceeds it grossly is a hack. Primitives
+re-bound by the candidate are reported by the child's clock.
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ class SpeedResult:
     findings: tuple[tuple[Category, str], ...]
     rechecked: int
     timer_s: float
+    charge: float = 1.0  # the candidate's speedups are divided by this (>= 1: its wall clock exceeded its report)
+    notes: tuple[str, ...] = ()
 
 
 def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig) -> int:
@@ -101,8 +105,11 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
         if config.stop.satisfied(samples) or config.stop.exhausted(samples, time.monotonic() - t0) \
                 or findings or time.monotonic() > deadline - 5:
             break
-    findings += _timer_findings(sides)
-    return _result(sides, findings, rechecked, time.monotonic() - t0)
+    if sides[0].tampered:
+        findings.append((Category.TIMER_PATCH, "timing primitives replaced: " + ", ".join(sorted(sides[0].tampered))))
+    bound = wall_bound(sides[0], sides[1] if len(sides) > 1 else None)
+    findings += bound.findings
+    return _result(sides, findings, rechecked, time.monotonic() - t0, bound)
 
 
 def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_len: int, recheck: int | None,
@@ -123,38 +130,52 @@ def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_l
     return [b for b, _ in buffers] if recheck is not None else None
 
 
-def _timer_findings(sides: list[_Side]) -> list[tuple[Category, str]]:
-    """Evidence that the candidate's reported times are not its real ones."""
-    cand, base = sides[0], sides[1] if len(sides) > 1 else None
-    found: list[tuple[Category, str]] = []
-    if cand.tampered:
-        found.append((Category.TIMER_PATCH, "timing primitives replaced: " + ", ".join(sorted(cand.tampered))))
-    if base is not None and cand.parent_ms and base.parent_ms:
-        # the parent's wall clock per call, less the overhead the trusted baseline child shows
-        # (flush, synchronisation, the pipe), bounds the candidate's real time from below
-        overhead = max(median(base.parent_ms) - median(base.device_ms), 0.0)
-        implied = median(cand.parent_ms) - overhead
-        reported = median(cand.device_ms)
-        if implied > MISMATCH_RATIO * reported + MISMATCH_SLACK_MS:
-            found.append((Category.TIMING_MISMATCH,
-                          f"the parent's wall clock implies {implied:.3f} ms a call, the child reported "
-                          f"{reported:.3f} ms (baseline overhead {overhead:.3f} ms)"))
-    return found
+@dataclass(frozen=True)
+class WallBound:
+    charge: float = 1.0
+    findings: tuple[tuple[Category, str], ...] = ()
+    notes: tuple[str, ...] = ()
 
 
-MISMATCH_RATIO = 1.15
-MISMATCH_SLACK_MS = 0.25
+def wall_bound(cand: _Side, base: _Side | None) -> WallBound:
+    """The parent's wall clock per call, less the overhead the trusted baseline child shows (flush,
+    synchronisation, the pipe), bounds the candidate's real time from below. Beyond noise
+    (CHARGE_RATIO x reported + CHARGE_SLACK_MS) the candidate is charged that wall time, so work done
+    outside its timed windows (deferred, in a thread, in a finaliser) buys nothing; beyond HACK_RATIO
+    the report is a lie worth naming. An honest kernel can sit between the two: freeing its outputs,
+    a garbage collection, an interpreter's bookkeeping all fall outside the window (the Triton
+    interpreter on a small CPU shows 1.2x)."""
+    if base is None or not cand.parent_ms or not base.parent_ms:
+        return WallBound()
+    overhead = max(median(base.parent_ms) - median(base.device_ms), 0.0)
+    implied = median(cand.parent_ms) - overhead
+    reported = median(cand.device_ms)
+    if implied <= CHARGE_RATIO * reported + CHARGE_SLACK_MS:
+        return WallBound()
+    charge = implied / max(reported, 1e-9)
+    said = (f"the parent's wall clock implies {implied:.3f} ms a call, the child reported {reported:.3f} ms "
+            f"(baseline overhead {overhead:.3f} ms)")
+    if implied > HACK_RATIO * reported + CHARGE_SLACK_MS:
+        return WallBound(charge, ((Category.TIMING_MISMATCH, said),), (said,))
+    return WallBound(charge, (), (f"charged the wall time ({charge:.2f}x its report): {said}",))
 
 
-def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float) -> SpeedResult:
+CHARGE_RATIO = 1.15
+CHARGE_SLACK_MS = 0.25
+HACK_RATIO = 2.0
+
+
+def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float,
+            bound: WallBound) -> SpeedResult:
     stats = {s.name: _stats(s.device_ms) for s in sides if s.device_ms}
     cand = sides[0].device_ms
     speedups, cis = {}, {}
     for s in sides[1:]:
         if cand and s.device_ms:
-            speedups[s.name] = median(s.device_ms) / max(median(cand), 1e-9)
-            cis[s.name] = bootstrap_ratio_ci(s.device_ms, cand)
-    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed)
+            speedups[s.name] = median(s.device_ms) / max(median(cand), 1e-9) / bound.charge
+            lo, hi = bootstrap_ratio_ci(s.device_ms, cand)
+            cis[s.name] = (lo / bound.charge, hi / bound.charge)
+    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, bound.notes)
 
 
 def _stats(samples: list[float]) -> TimingStats:

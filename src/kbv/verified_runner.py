@@ -281,7 +281,8 @@ class VerifiedRunner:
                         statistic="median_ms", candidate=speed.stats["candidate"],
                         baselines={k: v for k, v in speed.stats.items() if k != "candidate"},
                         speedups=speed.speedups, speedup_ci=speed.speedup_ci,
-                        notes=(f"{speed.rechecked} timed outputs rechecked", f"timer {speed.timer_s:.1f} s"))
+                        notes=(f"{speed.rechecked} timed outputs rechecked", f"timer {speed.timer_s:.1f} s")
+                        + speed.notes)
         status = status_of(cats)
         evidence = {**base.evidence, "state_loaded": result.state_loaded,
                     "timing_findings": [f"{c.value}: {why}" for c, why in speed.findings],
