@@ -88,14 +88,19 @@ def _pool():
     return [[torch.randn(256, 1024)] for _ in range(3)]
 
 
-def test_identical_implementations_time_equal_within_their_interval(children):
-    cand, base = children("cand", _reference()), children("base", _reference())
-    config = TimerConfig(stop=StopRule(target=0.02, max_time_s=4.0), warmup_ms=50)
+def _timed(cand, base, config, check=lambda i, o: None):
+    """The candidate timed against one `eager-tf32` baseline, both holding `_pool()`."""
     with SharedArena() as arena:
         for sb in (cand, base):
             load_pool(sb, arena, _pool(), 0, 60)
-        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
-                               [torch.empty(256, 256)], time.monotonic() + 60)
+        return measure_speed(cand, {"eager-tf32": base}, arena, config, 3, check, [torch.empty(256, 256)],
+                             time.monotonic() + 60)
+
+
+def test_identical_implementations_time_equal_within_their_interval(children):
+    cand, base = children("cand", _reference()), children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.02, max_time_s=4.0), warmup_ms=50)
+    result = _timed(cand, base, config)
     lo, hi = result.speedup_ci["eager-tf32"]
     assert lo <= result.speedups["eager-tf32"] <= hi
     assert 0.8 < result.speedups["eager-tf32"] < 1.25
@@ -106,11 +111,7 @@ def test_identical_implementations_time_equal_within_their_interval(children):
 def test_a_wrong_timed_output_is_caught_by_the_recheck(children):
     cand, base = children("cand", _reference()), children("base", _reference())
     config = TimerConfig(stop=StopRule(target=0.02, max_time_s=2.0), warmup_ms=20)
-    with SharedArena() as arena:
-        for sb in (cand, base):
-            load_pool(sb, arena, _pool(), 0, 60)
-        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: "wrong on purpose",
-                               [torch.empty(256, 256)], time.monotonic() + 60)
+    result = _timed(cand, base, config, lambda i, o: "wrong on purpose")
     assert (Category.RESULT_CACHE, "a timed call returned a wrong output: wrong on purpose") in result.findings
 
 
@@ -118,11 +119,7 @@ def test_a_patched_host_clock_is_reported(children, tmp_path):
     cand = children("cand", _candidate(tmp_path, PATCHER, "patcher"))
     base = children("base", _reference())
     config = TimerConfig(stop=StopRule(target=0.05, max_time_s=2.0), warmup_ms=20)
-    with SharedArena() as arena:
-        for sb in (cand, base):
-            load_pool(sb, arena, _pool(), 0, 60)
-        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
-                               [torch.empty(256, 256)], time.monotonic() + 60)
+    result = _timed(cand, base, config)
     assert any(c is Category.TIMER_PATCH and "time.perf_counter" in why for c, why in result.findings)
     # the timer kept its own clock: the candidate's halved clock did not halve its times
     assert result.speedups["eager-tf32"] < 1.5
@@ -148,11 +145,7 @@ def test_work_done_outside_the_timed_window_is_a_timing_mismatch(children, tmp_p
     cand = children("cand", _candidate(tmp_path, FINALISER, "finaliser"))
     base = children("base", _reference())
     config = TimerConfig(stop=StopRule(target=0.05, max_time_s=3.0), warmup_ms=20)
-    with SharedArena() as arena:
-        for sb in (cand, base):
-            load_pool(sb, arena, _pool(), 0, 60)
-        result = measure_speed(cand, {"eager-tf32": base}, arena, config, 3, lambda i, o: None,
-                               [torch.empty(256, 256)], time.monotonic() + 60)
+    result = _timed(cand, base, config)
     assert any(c is Category.TIMING_MISMATCH for c, _ in result.findings), result.findings
     # and the speed it is credited with is its wall time's: five matmuls a call, not one
     assert result.charge > HACK_RATIO
@@ -181,3 +174,10 @@ def test_wall_bound_names_a_gross_gap():
     bound = wall_bound(*_sides(10.0, 30.2))
     assert bound.charge == pytest.approx(3.0)
     assert [c for c, _ in bound.findings] == [Category.TIMING_MISMATCH]
+
+
+def test_a_child_measures_the_copy_bandwidth_it_can_reach(children):
+    base = children("base", _reference())
+    gbps = base.call({"op": "bandwidth", "bytes": 64 << 20, "repeats": 3}, 60)["gbps"]
+    # any machine this runs on moves 64 MiB at more than 0.5 GB/s and less than 10 TB/s
+    assert 0.5 < gbps < 10_000

@@ -50,12 +50,12 @@ def test_honest_kernel_is_verified_with_an_interval(verdicts):
     assert lo <= v.speedup <= hi
 
 
-def test_side_stream_is_not_timed_faster_than_the_honest_kernel(verdicts):
+def test_side_stream_is_named_and_not_timed_faster_than_the_honest_kernel(verdicts):
     honest, side = verdicts["honest_triton"], verdicts["side_stream_python"]
+    # its inputs written late on the current stream, the private stream computed on poison
+    assert Category.SIDE_STREAM in side.categories, side.message
     if side.timing is not None:
         assert _median(side) >= 0.8 * _median(honest)
-    else:  # caught before timing: the output was still being written at return
-        assert Category.SIDE_STREAM in side.categories, side.message
 
 
 @pytest.mark.parametrize("name", ["event_patch", "sync_patch"])

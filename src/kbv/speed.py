@@ -46,6 +46,7 @@ class _Side:
     host_ms: list[float] = field(default_factory=list)
     parent_ms: list[float] = field(default_factory=list)  # parent wall per call, per block
     tampered: set[str] = field(default_factory=set)
+    persisting_l2: str | None = None
     cursor: int = 0
 
 
@@ -107,6 +108,8 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
             break
     if sides[0].tampered:
         findings.append((Category.TIMER_PATCH, "timing primitives replaced: " + ", ".join(sorted(sides[0].tampered))))
+    if sides[0].persisting_l2:
+        findings.append((Category.PERSISTING_L2, f"a timed call set up {sides[0].persisting_l2} (reset before each call)"))
     bound = wall_bound(sides[0], sides[1] if len(sides) > 1 else None)
     findings += bound.findings
     return _result(sides, findings, rechecked, time.monotonic() - t0, bound)
@@ -127,6 +130,7 @@ def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_l
     if recheck is None:
         side.parent_ms.append(wall_ms / config.block)
     side.tampered.update(reply.get("tampered", []))
+    side.persisting_l2 = side.persisting_l2 or reply.get("persisting_l2")
     return [b for b, _ in buffers] if recheck is not None else None
 
 
@@ -160,6 +164,23 @@ def wall_bound(cand: _Side, base: _Side | None) -> WallBound:
     return WallBound(charge, (), (f"charged the wall time ({charge:.2f}x its report): {said}",))
 
 
+def impossible_speed(min_bytes: int, candidate_ms: float, copy_gbps: float) -> tuple[Category, str] | None:
+    """A call that must move at least `min_bytes` through DRAM (its inputs, cold after the flush, and
+    what of its outputs cannot stay in L2) yet finishes faster than IMPOSSIBLE_FACTOR x the device's
+    own measured copy bandwidth allows did not read what it was given: the inputs were kept warm
+    (persisting L2, a stale copy) or the work was skipped. The factor leaves room for kernels that
+    legitimately read part of an input (a strided convolution skipping rows)."""
+    if min_bytes <= 0 or candidate_ms <= 0 or copy_gbps <= 0:
+        return None
+    achieved = min_bytes / (candidate_ms * 1e-3) / 1e9
+    if achieved <= IMPOSSIBLE_FACTOR * copy_gbps:
+        return None
+    said = (f"a call moved at least {min_bytes / 1e6:.1f} MB in {candidate_ms:.4f} ms: {achieved:.0f} GB/s, above "
+            f"{IMPOSSIBLE_FACTOR:g}x the device's measured copy bandwidth ({copy_gbps:.0f} GB/s)")
+    return (Category.IMPOSSIBLE_SPEED, said)
+
+
+IMPOSSIBLE_FACTOR = 2.0
 CHARGE_RATIO = 1.15
 CHARGE_SLACK_MS = 0.25
 HACK_RATIO = 2.0

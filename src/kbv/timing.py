@@ -31,6 +31,8 @@ class Clock:
             self.synchronize = torch.cuda.synchronize
             self.record = torch.cuda.Event.record
             self.elapsed_time = torch.cuda.Event.elapsed_time
+            self.current_stream = torch.cuda.current_stream
+        self.l2 = _bind_l2() if self.cuda else None
         self._bound = self._current()
 
     def _current(self) -> dict[str, Any]:
@@ -60,6 +62,18 @@ class Clock:
     def sync(self) -> None:
         if self.cuda:
             self.synchronize()
+
+    def persisting_l2(self) -> str | None:
+        """What persisting-L2 state the last call left behind (see kbv.l2), or None."""
+        if self.l2 is None:
+            return None
+        return self.l2.state(self.current_stream().cuda_stream).evidence()
+
+
+def _bind_l2() -> Any:
+    from kbv.l2 import PersistingL2
+
+    return PersistingL2.bind()
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,7 @@ def _time_host(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
 class BlockResult:
     device_ms: list[float]  # CUDA-event time per call (host time on CPU)
     host_ms: list[float]  # host wall time per call, flush excluded
+    persisting_l2: str | None = None  # what a call set up, though it was reset before each call
 
 
 def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], min_ms: float,
@@ -136,12 +151,16 @@ def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]],
 
 def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], start: int, n: int,
                flush: torch.Tensor | None, on_output: Callable[[int, Any], None] | None = None) -> BlockResult:
-    """Time `n` calls on pool entries start, start+1, ... Each call: synchronise, flush L2 (outside the
-    window), start event, call, DEVICE-WIDE synchronise (work on any stream counts), end event."""
+    """Time `n` calls on pool entries start, start+1, ... Each call: synchronise, no persisting L2,
+    flush L2 (outside the window), start event, call, DEVICE-WIDE synchronise (work on any stream
+    counts), end event; then what persisting-L2 state the call set up."""
     device_ms, host_ms = [], []
+    persisting = None
     for i in range(n):
         args = pool[(start + i) % len(pool)]
         clock.sync()
+        if clock.l2 is not None:
+            clock.l2.reset()
         if flush is not None:
             flush.zero_()
             clock.sync()
@@ -155,6 +174,7 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
             clock.synchronize()
             host_ms.append((clock.perf_counter() - t0) * 1e3)
             device_ms.append(float(clock.elapsed_time(begin, end)))
+            persisting = persisting or clock.persisting_l2()
         else:
             t0 = clock.perf_counter()
             out = fn(*args)
@@ -163,4 +183,27 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
         if on_output is not None:
             on_output(i, out)
         del out
-    return BlockResult(device_ms, host_ms)
+    return BlockResult(device_ms, host_ms, persisting)
+
+
+def copy_bandwidth(clock: Clock, nbytes: int, repeats: int = 5) -> float:
+    """GB/s (bytes read plus bytes written) of the best of `repeats` device-to-device copies."""
+    src = torch.ones(max(nbytes // 4, 1), dtype=torch.float32, device=clock.device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    clock.sync()
+    best = float("inf")
+    for _ in range(repeats):
+        if clock.cuda:
+            begin, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
+            clock.record(begin)
+            dst.copy_(src)
+            clock.record(end)
+            clock.synchronize()
+            seconds = float(clock.elapsed_time(begin, end)) * 1e-3
+        else:
+            t0 = clock.perf_counter()
+            dst.copy_(src)
+            seconds = clock.perf_counter() - t0
+        best = min(best, max(seconds, 1e-9))
+    return 2 * src.numel() * src.element_size() / best / 1e9

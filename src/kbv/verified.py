@@ -197,6 +197,7 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
     result = CorrectnessResult([], [], {}, None, [])
     fingerprints: list[tuple[tuple[int, int], bool]] = []
     loaded_seed = None
+    late_probed = False
     for trial in ctx.trials:
         # a model with weights is rebuilt for every trial (new weights); one without is built once,
         # so state a candidate keeps across calls (counters, caches) lives through every trial
@@ -207,6 +208,9 @@ def check_candidate(sb: Sandbox, arena: SharedArena, ctx: VerifiedContext, proto
             loaded_seed = trial.weight_seed
         outcome = _run_trial(sb, arena, trial, protocol, deadline, result)
         fingerprints.append(outcome)
+        if outcome[1] and not late_probed and _on_gpu(trial.inputs):
+            _late_input_probe(sb, arena, trial, protocol, deadline, result)
+            late_probed = True
         if trial is not ctx.trials[-1]:
             trial.release()
     _result_cache_from_fingerprints(fingerprints, result)
@@ -242,13 +246,34 @@ def _run_trial(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: Veri
     return fp, passed
 
 
+def _on_gpu(inputs: list[Any]) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+
+
+def _late_input_probe(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: VerifiedProtocol,
+                      deadline: float, result: CorrectnessResult) -> None:
+    """A passing trial again, its inputs written on the current stream behind a spin (see
+    `integrity.write_late`): a kernel on a stream that does not wait for the current one computes
+    on poison. The device-wide synchronise of the timer already charges such work; this names it."""
+    late = _forward(sb, arena, trial.inputs, trial.evaluation.baseline, deadline, late_inputs=True)
+    if late["outputs"] is None:
+        return
+    ev = trial.evaluation
+    if not all(within(measure_error(t, o), allowed_error(e, protocol.tolerance))
+               for o, t, e in zip(late["outputs"], ev.truth, ev.baseline_err)):
+        result.hacks.setdefault(Category.SIDE_STREAM.value,
+                                f"{trial.distribution} trial {trial.index}: with its inputs written on the current "
+                                "stream just before the call, the output came out wrong: the work ran on a stream "
+                                "that does not wait for the current one")
+
+
 def _forward(sb: Sandbox, arena: SharedArena, inputs: list[Any], like: list[torch.Tensor], deadline: float,
              poison: float | None = None, checks: bool = False, keep: bool = False,
-             reuse: bool = False) -> dict[str, Any]:
+             reuse: bool = False, late_inputs: bool = False) -> dict[str, Any]:
     """One forward in the child; outputs come back on `like`'s device and dtype (None if not copied)."""
     buffers = [arena.empty(t.shape, t.dtype) for t in like]
     command = {"op": "forward", "inputs": _share_inputs(arena, inputs), "outputs": [h for _, h in buffers],
-               "poison": poison, "checks": checks, "keep": keep, "reuse": reuse}
+               "poison": poison, "checks": checks, "keep": keep, "reuse": reuse, "late_inputs": late_inputs}
     reply = sb.call(command, time_left(deadline))
     outputs = None
     if reply.get("copied"):
@@ -362,6 +387,9 @@ def record_guards(report: dict[str, Any], hacks: dict[str, str]) -> None:
         # the runtime's own pools, later ones have no reason to
         hacks.setdefault(Category.THREAD_INJECTION.value,
                          f"{threads[1][1] - threads[0][1]} OS thread(s) still running after the call")
+    if report.get("persisting_l2"):
+        hacks.setdefault(Category.PERSISTING_L2.value,
+                         f"the call left {report['persisting_l2']} (persisting lines survive the L2 flush)")
     if report.get("flags_changed"):
         hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
 

@@ -21,7 +21,7 @@ from kbv.provenance import device_state
 from kbv.runners import release_device_memory
 from kbv.sandbox import ChildFailure, Sandbox, SharedArena
 from kbv.settings import Settings, time_left
-from kbv.speed import SpeedResult, TimerConfig, load_pool, measure_speed, pool_size
+from kbv.speed import SpeedResult, TimerConfig, impossible_speed, load_pool, measure_speed, pool_size
 from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict
 from kbv.verified import (
     CorrectnessResult,
@@ -76,6 +76,7 @@ class VerifiedRunner:
         self.baseline_names = baselines
         self.settings = settings
         self.secret = secret
+        self.copy_gbps: float | None = None  # the device's copy bandwidth, measured once by a baseline child
 
     # -- prepare / release ----------------------------------------------------------------------
     def prepare(self, pair: Pair) -> Prepared:
@@ -87,6 +88,7 @@ class VerifiedRunner:
         try:
             baselines = {name: self._baseline_child(stack, arena, ctx, name, pool) for name in self.baseline_names}
             memory = self._baseline_memory(baselines)
+            self._measure_copy_bandwidth(baselines)
         except ChildFailure as failure:
             stack.close()
             raise ProblemRunError(f"{pair.problem.origin}: the baseline failed: {failure.message}") from failure
@@ -149,6 +151,23 @@ class VerifiedRunner:
         if primary is None:
             return None
         return MemoryStats(**_memory_fields(primary.call({"op": "memory"}, self.settings.timeout_s)))
+
+    def _measure_copy_bandwidth(self, baselines: dict[str, Sandbox]) -> None:
+        """What the device's DRAM can move, for the impossible-speed bound (CUDA only: a CPU's caches
+        are too large and too shared for the flush to make inputs cold)."""
+        if self.copy_gbps is not None or self.settings.device_type != "cuda" or not baselines:
+            return
+        nbytes = max(256 << 20, 2 * self._flush_bytes())
+        reply = next(iter(baselines.values())).call({"op": "bandwidth", "bytes": nbytes}, self.settings.timeout_s)
+        self.copy_gbps = float(reply["gbps"])
+
+    def _min_dram_bytes(self, prepared: Prepared) -> int:
+        """Bytes a call cannot avoid moving through DRAM: every input tensor (cold after the flush) and
+        the part of the outputs larger than L2."""
+        inputs = sum(x.numel() * x.element_size() for x in prepared.pool[0] if isinstance(x, torch.Tensor))
+        outputs = sum(o.numel() * o.element_size() for o in prepared.output_like)
+        l2 = int(self.settings.provenance.get("l2_cache_bytes") or (64 << 20))
+        return inputs + max(outputs - l2, 0)
 
     def _flush_bytes(self) -> int:
         if self.settings.device_type != "cuda":
@@ -244,9 +263,13 @@ class VerifiedRunner:
             return None
 
         speed = measure_speed(sb, prepared.baselines, arena, self.timer, len(prepared.pool), check, like, deadline)
-        replayed = self._replay_probe(sb, arena, prepared, deadline)
-        if replayed:
-            speed = replace(speed, findings=speed.findings + (replayed,))
+        extra = [self._replay_probe(sb, arena, prepared, deadline)]
+        if self.copy_gbps and "candidate" in speed.stats:
+            extra.append(impossible_speed(self._min_dram_bytes(prepared), speed.stats["candidate"].median_ms,
+                                          self.copy_gbps))
+        found = tuple(f for f in extra if f)
+        if found:
+            speed = replace(speed, findings=speed.findings + found)
         memory = MemoryStats(**_memory_fields(sb.call({"op": "memory"}, max(deadline - time.monotonic(), 1))))
         return speed, memory
 
@@ -286,6 +309,7 @@ class VerifiedRunner:
         status = status_of(cats)
         evidence = {**base.evidence, "state_loaded": result.state_loaded,
                     "timing_findings": [f"{c.value}: {why}" for c, why in speed.findings],
+                    "copy_gbps": self.copy_gbps,
                     "device_state": device_state(self.settings.device)}
         message = ("verified on " + ", ".join(prepared.ctx.calibration.applicable()) if status is Status.VERIFIED
                    else "; ".join(why for _, why in speed.findings))

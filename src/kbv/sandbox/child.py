@@ -27,6 +27,7 @@ import types
 from typing import Any
 
 _TRACEBACK_CHARS = 8000
+LATE_INPUT_CYCLES = 50_000_000  # ~25 ms of spinning on a 2 GHz GPU: longer than any launch sequence
 
 
 class _CompileFailure(Exception):
@@ -45,6 +46,7 @@ class Child:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.clock = Clock(self.device)  # bound before any candidate import
+        self._sleep = torch.cuda._sleep if self.device.type == "cuda" else None
         self.model: Any = None
         self.model_class: Any = None
         self.kept: list[Any] | None = None
@@ -145,6 +147,8 @@ class Child:
         before_params = ig.snapshot(params) if checks else []
         if cmd.get("poison") is not None:
             ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, cmd["poison"])
+        if cmd.get("late_inputs") and self.device.type == "cuda":
+            ig.write_late(tensors_in, self._sleep, LATE_INPUT_CYCLES)
         threads_before = self.guards.threads()
         self.guards.phase = "call"
         with torch.no_grad():
@@ -166,6 +170,7 @@ class Child:
                 "guards": {**self.guards.report(),
                            "tampered": self.guards.tampered() + self.clock.tampered()},
                 "flags_changed": self._flags_changed(),
+                "persisting_l2": self.clock.persisting_l2(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),
                 "params_mutated": [names[i] for i in ig.changed(before_params, params)],
                 "aliases_input": sorted({i for o in outs if isinstance(o, torch.Tensor)
@@ -306,7 +311,7 @@ class Child:
         from kbv.sandbox.guards import is_timer
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]
-        return {"device_ms": block.device_ms, "host_ms": block.host_ms,
+        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "persisting_l2": block.persisting_l2,
                 "tampered": sorted(set(self.clock.tampered()) | set(timers))}
 
     def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -322,6 +327,12 @@ class Child:
                 pairs.append(time_block(self.clock, self.model, [args], 0, 2, self.flush).device_ms)
         self.guards.phase = "harness"
         return {"pairs": pairs}
+
+    def op_bandwidth(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """The device's copy bandwidth (read + write bytes per second, best of a few copies of `bytes`)."""
+        from kbv.timing import copy_bandwidth
+
+        return {"gbps": copy_bandwidth(self.clock, int(cmd["bytes"]), int(cmd.get("repeats", 5)))}
 
     def op_memory(self, cmd: dict[str, Any]) -> dict[str, Any]:
         from dataclasses import asdict

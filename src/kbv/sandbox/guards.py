@@ -58,14 +58,18 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
         "json.dumps": lambda: json.dumps,
         "os.write": lambda: os.write,
     }
+    if "kbv.l2" in sys.modules:  # the persisting-L2 control's methods (bound when the clock was made)
+        for name in ("reset", "state"):
+            table[f"kbv.l2.PersistingL2.{name}"] = functools.partial(
+                lambda n: getattr(sys.modules["kbv.l2"].PersistingL2, n), name)
     if child_cls is not None:  # the harness's own command handlers (the child runs as __main__)
         module = sys.modules[child_cls.__module__]
-        for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "_copy_out",
-                     "_inputs"):
+        for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "op_bandwidth",
+                     "_copy_out", "_inputs"):
             table[f"Child.{name}"] = functools.partial(lambda n: getattr(child_cls, n), name)
         for name in ("serve", "_error_reply"):
             table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
-    for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up")),
+    for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth")),
                        ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
                        ("kbv.memory", ("measure_forward",))):
@@ -77,7 +81,7 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
                "kbv.timing.time_block", "kbv.timing.time_kernelbench", "kbv.timing.warm_up",
-               "Child.op_time_block", "Child.op_time")
+               "Child.op_time_block", "Child.op_time", "kbv.l2.PersistingL2.reset", "kbv.l2.PersistingL2.state")
 
 
 def is_timer(name: str) -> bool:

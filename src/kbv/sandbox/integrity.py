@@ -6,7 +6,7 @@ own process; the parent's value checks do not depend on it, and what it reports 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -114,6 +114,25 @@ def changes_later(outs: Sequence[Any], clock: Any, wait_s: float = 0.02) -> bool
     time.sleep(wait_s)
     clock.sync()
     return fingerprint(outs) != first
+
+
+def write_late(tensors: Sequence[torch.Tensor], sleep: Callable[[int], None], cycles: int) -> None:
+    """Make the inputs' values arrive late: poison them now, then queue, on the current stream, a spin
+    of `cycles` followed by the copy of the real values. Work that waits for the current stream (as
+    every kernel launched on it, and every stream joined to it, does) reads the real inputs; work on a
+    stream that does not wait reads the poison."""
+    late = [(t, t.clone()) for t in tensors if t.is_cuda and t.numel()]
+    for t, _ in late:
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.logical_not_()
+        else:
+            t.bitwise_not_()
+    torch.cuda.synchronize(late[0][0].device if late else None)
+    sleep(cycles)
+    for t, real in late:
+        t.copy_(real)
 
 
 def unjoined_work(outs: Sequence[Any], device: torch.device) -> bool:

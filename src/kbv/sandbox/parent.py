@@ -38,6 +38,7 @@ _EXPECTED = {
     "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
     "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
     "memory": ("peak_bytes", "retained_bytes"), "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"), "replay": ("pairs",),
+    "bandwidth": ("gbps",),
 }
 
 # Variables a child may inherit. Everything else (API keys, seeds, user settings) is dropped.
