@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from kbv.verified import TrialData, VerifiedContext, VerifiedProtocol
 
 
+NONDETERMINISM_LIMIT = 1e-4  # two runs of the baseline on the same inputs; atomics reorder sums by ~1e-7
+
+
 @dataclass(frozen=True)
 class SoundnessReport:
     problem: str
@@ -86,8 +89,12 @@ def screen_trials(ctx: VerifiedContext, protocol: VerifiedProtocol,
             if _passes([make(b) for b in first.evaluation.baseline], first, protocol):
                 passes.setdefault(name, []).append(dist)
         model = ctx.reference.build(first.weight_seed)
-        if not _passes(ctx.reference.baseline_outputs(model, first.inputs), first, protocol):
-            flags.append(f"nondeterministic reference on {dist}")
+        again = ctx.reference.baseline_outputs(model, first.inputs)
+        # against the first run itself: a random reference also makes its own tolerance huge
+        drift = max((measure_error(b.double(), a).worst for a, b in zip(again, first.evaluation.baseline)),
+                    default=0.0)
+        if drift > NONDETERMINISM_LIMIT or not _passes(again, first, protocol):
+            flags.append(f"nondeterministic reference on {dist} (two runs differ by {drift:.1e})")
         if len(trials) > 1:
             other = ctx.reference.baseline_outputs(model, trials[1].inputs)
             if _same_shapes(other, first) and _passes(other, first, protocol):

@@ -292,7 +292,7 @@ class VerifiedRunner:
         notes = list(result.notes) + [f"{k}: {v}" for k, v in {**result.integrity, **result.hacks}.items()]
         first = next((t for t in result.trials if not t.passed), None)
         message = (f"failed on {', '.join(failed)}: {first.note}" if first else "; ".join(notes)) or "failed"
-        return _done(base, t0, status=status_of(cats), categories=cats + self._flag_category(base),
+        return _done(base, t0, status=status_of(cats), categories=cats,
                      trials=tuple(result.trials), message=message[:400],
                      evidence={**base.evidence, "integrity": result.integrity, "hacks": result.hacks,
                                "notes": notes, "state_loaded": result.state_loaded})
@@ -313,14 +313,11 @@ class VerifiedRunner:
                     "device_state": device_state(self.settings.device)}
         message = ("verified on " + ", ".join(prepared.ctx.calibration.applicable()) if status is Status.VERIFIED
                    else "; ".join(why for _, why in speed.findings))
-        return _done(base, t0, status=status, categories=cats + self._flag_category(base),
+        return _done(base, t0, status=status, categories=cats,
                      trials=tuple(result.trials), timing=timing, memory=memory,
                      baseline_memory=prepared.baseline_memory, message=message[:400], evidence=evidence,
                      speedup=speed.speedups.get(self.protocol.primary_baseline) if status is Status.VERIFIED else None)
 
-    @staticmethod
-    def _flag_category(base: Verdict) -> tuple[Category, ...]:
-        return (Category.UNSOUND_PROBLEM,) if base.flags else ()
 
 
 def _share(arena: SharedArena, values: list[Any]) -> list[Any]:
@@ -333,13 +330,15 @@ def _attribution_evidence(a: Attribution) -> dict[str, Any]:
             "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}
 
 
-
-
 def _memory_fields(reply: dict[str, Any]) -> dict[str, Any]:
     return {k: reply.get(k) for k in ("peak_bytes", "retained_bytes", "device_bytes")}
 
 
 def _done(base: Verdict, t0: float, **changes: Any) -> Verdict:
-    return replace(base, wall_s=time.monotonic() - t0, **changes)
+    """The verdict, timed; one on a flagged problem says so among its categories, whatever its status."""
+    verdict = replace(base, wall_s=time.monotonic() - t0, **changes)
+    if verdict.flags and Category.UNSOUND_PROBLEM not in verdict.categories:
+        verdict = replace(verdict, categories=verdict.categories + (Category.UNSOUND_PROBLEM,))
+    return verdict
 
 
