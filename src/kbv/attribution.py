@@ -20,13 +20,15 @@ from typing import Any
 _LIBRARY = re.compile(r"(^|[^a-z])(at::native|cublas|cudnn|cutlass_\d|sm\d+_xmma|xmma_|ampere_|volta_|turing_|"
                       r"hopper_|gemv|gemm|splitk|memcpy|memset|elementwise_kernel|reduce_kernel|"
                       r"triton_(poi|red|per|tem)_|cudaMemcpy|nvjet)", re.IGNORECASE)
-_GLOBAL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:static\s+)?void\s+([A-Za-z_]\w*)")
 _TRITON_DEF = re.compile(r"@\s*triton\.jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
 
 
 def kernel_names(source: str) -> list[str]:
     """Names of the kernels a candidate's source defines (CUDA `__global__` and Triton `@triton.jit`)."""
-    return sorted(set(_GLOBAL.findall(source)) | set(_TRITON_DEF.findall(source)))
+    from kbv.scan.cpp import cpp_kernels, cpp_tokens
+
+    cuda = {name for name, _ in cpp_kernels(cpp_tokens(source))} if "__global__" in source else set()
+    return sorted(cuda | set(_TRITON_DEF.findall(source)))
 
 
 def profile_forward(fn: Any, args: Sequence[Any], device: Any, clock: Any) -> dict[str, Any]:
@@ -86,11 +88,8 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     launches = {k: int(v) for k, v in reply.get("launches", {}).items()}
     custom_launches = sum(launches.values())
     ghost = str(reply.get("ghost", ""))
-    if device_type != "cuda":
-        wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
-        share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
-        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost)
-    if not any(not k.get("error") for k in reply.get("kernels", [])):  # no profile: launch counts decide
+    profiled = any(not k.get("error") for k in reply.get("kernels", []))
+    if device_type != "cuda" or not profiled:  # a CPU, or no profile: launch counts and their time decide
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
         return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost)

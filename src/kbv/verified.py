@@ -30,6 +30,7 @@ from kbv.distributions import (
     trial_seed,
 )
 from kbv.errors import ProblemRunError
+from kbv.evidence import guard_evidence, integrity_evidence
 from kbv.problems import Problem, instantiate_problem
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import Sandbox, SharedArena
@@ -227,8 +228,10 @@ def _run_trial(sb: Sandbox, arena: SharedArena, trial: TrialData, protocol: Veri
     like = trial.evaluation.baseline
     first = _forward(sb, arena, trial.inputs, like, deadline, poison=float("nan"), checks=True, keep=True)
     second = _forward(sb, arena, trial.inputs, like, deadline, poison=SENTINEL)
-    _record_integrity(first["reply"], result)
-    record_guards(first["reply"].get("integrity") or {}, result.hacks)
+    for cat, why in integrity_evidence(first["reply"]).items():
+        result.integrity.setdefault(cat, why)
+    for cat, why in guard_evidence(first["reply"].get("integrity") or {}).items():
+        result.hacks.setdefault(cat, why)
     trial_rec, passed, category = _judge(trial, first["outputs"], first["reply"], protocol)
     if first["outputs"] is not None and second["outputs"] is not None:
         agree = _agree(first["outputs"], second["outputs"], trial.evaluation, protocol)
@@ -339,59 +342,6 @@ def _agree(a: list[torch.Tensor], b: list[torch.Tensor], ev: Evaluation, protoco
         if not within(measure_error(ref, y), allowed_error(base_err, protocol.tolerance)):
             return False
     return True
-
-
-def _record_integrity(reply: dict[str, Any], result: CorrectnessResult) -> None:
-    report = reply.get("integrity") or {}
-    for meta in reply.get("outputs", []):
-        if meta.get("tensor") and not meta.get("exact_type"):
-            result.integrity.setdefault(Category.NOT_A_TENSOR.value, f"the output is a {meta['type']}, not a torch.Tensor")
-        if meta.get("tensor") and (not meta.get("strided", True) or meta.get("internal_overlap")):
-            result.integrity.setdefault(Category.WRONG_LAYOUT.value, "the output overlaps itself (an expanded view)")
-    evidence = {
-        Category.INPUT_MUTATED: ("inputs_mutated", "input(s) {} changed by the call"),
-        Category.PARAMETER_MUTATED: ("params_mutated", "parameter(s) {} changed by the call"),
-        Category.ALIASES_INPUT: ("aliases_input", "the output shares storage with input(s) {}"),
-        Category.ALIASES_PARAMETER: ("aliases_parameter", "the output shares storage with parameter(s) {}"),
-    }
-    for cat, (key, text) in evidence.items():
-        if report.get(key):
-            result.integrity.setdefault(cat.value, text.format(", ".join(map(str, report[key]))))
-    for meta in reply.get("outputs", []):
-        if meta.get("tensor") and meta.get("device") and meta.get("expected_device") and \
-                meta["device"] != meta["expected_device"]:
-            result.integrity.setdefault(Category.WRONG_DEVICE.value, f"output on {meta['device']}")
-
-
-def record_guards(report: dict[str, Any], hacks: dict[str, str]) -> None:
-    """Hack evidence from the child's guards around one checked call."""
-    from kbv.sandbox.guards import is_timer
-
-    guards = report.get("guards") or {}
-    for category, evidence in guards.get("events", []):
-        hacks.setdefault(Category(category).value, evidence)
-    for name in guards.get("tampered", []):
-        cat = Category.TIMER_PATCH if is_timer(name) else Category.HARNESS_PATCH
-        hacks.setdefault(cat.value, f"{name} was replaced after the candidate was imported")
-    if report.get("deferred"):
-        hacks.setdefault(Category.DEFERRED_WORK.value, "the output changed after the call had returned")
-    if report.get("unjoined"):
-        hacks.setdefault(Category.SIDE_STREAM.value,
-                         "the output was still being written, at return, by work the current stream does not wait for")
-    threads = report.get("threads")
-    if threads and threads[1][0] > threads[0][0]:
-        hacks.setdefault(Category.THREAD_INJECTION.value,
-                         f"{threads[1][0] - threads[0][0]} Python thread(s) still running after the call")
-    elif threads and report.get("calls", 0) > 1 and threads[1][1] > threads[0][1] >= 0:
-        # OS threads (C++ std::thread, raw _thread) alive after a call; the first call may start
-        # the runtime's own pools, later ones have no reason to
-        hacks.setdefault(Category.THREAD_INJECTION.value,
-                         f"{threads[1][1] - threads[0][1]} OS thread(s) still running after the call")
-    if report.get("persisting_l2"):
-        hacks.setdefault(Category.PERSISTING_L2.value,
-                         f"the call left {report['persisting_l2']} (persisting lines survive the L2 flush)")
-    if report.get("flags_changed"):
-        hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
 
 
 def _fingerprint(outputs: list[torch.Tensor]) -> tuple[int, int]:

@@ -1,0 +1,71 @@
+"""What a child's reports around one checked call mean: integrity violations and hack evidence.
+
+Pure functions of the reply records (`Child.op_forward` builds them); the verdict's categories come
+from here. The child's guards can be tampered with by the candidate in its process: their reports are
+evidence of what was done, not proof of what was not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kbv.verdict import Category
+
+
+def integrity_evidence(reply: dict[str, Any]) -> dict[str, str]:
+    """Integrity violations (category value -> evidence) in a checked forward's reply: the outputs'
+    own metadata and the child's before/after comparisons of inputs and parameters."""
+    found: dict[str, str] = {}
+    report = reply.get("integrity") or {}
+    for meta in reply.get("outputs", []):
+        if meta.get("tensor") and not meta.get("exact_type"):
+            found.setdefault(Category.NOT_A_TENSOR.value, f"the output is a {meta['type']}, not a torch.Tensor")
+        if meta.get("tensor") and (not meta.get("strided", True) or meta.get("internal_overlap")):
+            found.setdefault(Category.WRONG_LAYOUT.value, "the output overlaps itself (an expanded view)")
+    evidence = {
+        Category.INPUT_MUTATED: ("inputs_mutated", "input(s) {} changed by the call"),
+        Category.PARAMETER_MUTATED: ("params_mutated", "parameter(s) {} changed by the call"),
+        Category.ALIASES_INPUT: ("aliases_input", "the output shares storage with input(s) {}"),
+        Category.ALIASES_PARAMETER: ("aliases_parameter", "the output shares storage with parameter(s) {}"),
+    }
+    for cat, (key, text) in evidence.items():
+        if report.get(key):
+            found.setdefault(cat.value, text.format(", ".join(map(str, report[key]))))
+    for meta in reply.get("outputs", []):
+        if meta.get("tensor") and meta.get("device") and meta.get("expected_device") and \
+                meta["device"] != meta["expected_device"]:
+            found.setdefault(Category.WRONG_DEVICE.value, f"output on {meta['device']}")
+    return found
+
+
+def guard_evidence(report: dict[str, Any]) -> dict[str, str]:
+    """Hack evidence (category value -> evidence) from the child's guards around one checked call."""
+    from kbv.sandbox.guards import is_timer
+
+    hacks: dict[str, str] = {}
+    guards = report.get("guards") or {}
+    for category, evidence in guards.get("events", []):
+        hacks.setdefault(Category(category).value, evidence)
+    for name in guards.get("tampered", []):
+        cat = Category.TIMER_PATCH if is_timer(name) else Category.HARNESS_PATCH
+        hacks.setdefault(cat.value, f"{name} was replaced after the candidate was imported")
+    if report.get("deferred"):
+        hacks.setdefault(Category.DEFERRED_WORK.value, "the output changed after the call had returned")
+    if report.get("unjoined"):
+        hacks.setdefault(Category.SIDE_STREAM.value,
+                         "the output was still being written, at return, by work the current stream does not wait for")
+    threads = report.get("threads")
+    if threads and threads[1][0] > threads[0][0]:
+        hacks.setdefault(Category.THREAD_INJECTION.value,
+                         f"{threads[1][0] - threads[0][0]} Python thread(s) still running after the call")
+    elif threads and report.get("calls", 0) > 1 and threads[1][1] > threads[0][1] >= 0:
+        # OS threads (C++ std::thread, raw _thread) alive after a call; the first call may start
+        # the runtime's own pools, later ones have no reason to
+        hacks.setdefault(Category.THREAD_INJECTION.value,
+                         f"{threads[1][1] - threads[0][1]} OS thread(s) still running after the call")
+    if report.get("persisting_l2"):
+        hacks.setdefault(Category.PERSISTING_L2.value,
+                         f"the call left {report['persisting_l2']} (persisting lines survive the L2 flush)")
+    if report.get("flags_changed"):
+        hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
+    return hacks

@@ -1,0 +1,57 @@
+"""The meaning of a child's reports around a checked call (kbv.evidence), record by record."""
+
+from __future__ import annotations
+
+from kbv.evidence import guard_evidence, integrity_evidence
+from kbv.verdict import Category
+
+PLAIN = {"tensor": True, "exact_type": True, "strided": True, "internal_overlap": False,
+         "device": "cuda:0", "expected_device": "cuda:0"}
+
+
+def test_a_clean_reply_says_nothing():
+    assert integrity_evidence({"outputs": [PLAIN], "integrity": {"inputs_mutated": [], "aliases_input": []}}) == {}
+    assert guard_evidence({"threads": [[1, 4], [1, 4]], "calls": 3, "guards": {"events": [], "tampered": []}}) == {}
+
+
+def test_output_metadata_and_before_after_comparisons_name_their_categories():
+    reply = {"outputs": [{**PLAIN, "exact_type": False, "type": "LazyTensor"},
+                         {**PLAIN, "internal_overlap": True, "device": "cpu"}],
+             "integrity": {"inputs_mutated": [0], "params_mutated": ["ln.weight"], "aliases_input": [1],
+                           "aliases_parameter": ["out"]}}
+    found = integrity_evidence(reply)
+    assert found == {
+        Category.NOT_A_TENSOR.value: "the output is a LazyTensor, not a torch.Tensor",
+        Category.WRONG_LAYOUT.value: "the output overlaps itself (an expanded view)",
+        Category.INPUT_MUTATED.value: "input(s) 0 changed by the call",
+        Category.PARAMETER_MUTATED.value: "parameter(s) ln.weight changed by the call",
+        Category.ALIASES_INPUT.value: "the output shares storage with input(s) 1",
+        Category.ALIASES_PARAMETER.value: "the output shares storage with parameter(s) out",
+        Category.WRONG_DEVICE.value: "output on cpu",
+    }
+
+
+def test_python_threads_left_running_are_injection_from_the_first_call():
+    found = guard_evidence({"threads": [[1, 4], [2, 5]], "calls": 1})
+    assert found == {Category.THREAD_INJECTION.value: "1 Python thread(s) still running after the call"}
+
+
+def test_os_threads_count_only_after_the_first_call():
+    # the first call may start the runtime's own pools (OpenMP, the CUDA driver's threads)
+    assert guard_evidence({"threads": [[1, 4], [1, 6]], "calls": 1}) == {}
+    found = guard_evidence({"threads": [[1, 4], [1, 6]], "calls": 2})
+    assert found == {Category.THREAD_INJECTION.value: "2 OS thread(s) still running after the call"}
+
+
+def test_guard_events_and_replaced_primitives_are_hacks_of_their_kind():
+    found = guard_evidence({
+        "guards": {"events": [["file_write", "opened /etc/x for writing"]],
+                   "tampered": ["torch.cuda.Event.elapsed_time", "torch.allclose"]},
+        "deferred": True, "unjoined": True, "persisting_l2": "a 30.0 MiB persisting-L2 set-aside",
+        "flags_changed": {"cuda.matmul.allow_tf32": [True, False]}})
+    assert found[Category.FILE_WRITE.value] == "opened /etc/x for writing"
+    assert "elapsed_time" in found[Category.TIMER_PATCH.value]
+    assert "torch.allclose" in found[Category.HARNESS_PATCH.value]
+    assert Category.DEFERRED_WORK.value in found and Category.SIDE_STREAM.value in found
+    assert "30.0 MiB" in found[Category.PERSISTING_L2.value]
+    assert "allow_tf32" in found[Category.PRECISION_FLAGS.value]
