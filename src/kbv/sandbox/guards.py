@@ -70,7 +70,8 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
         for name in ("serve", "_error_reply"):
             table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
     for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth")),
-                       ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output")),
+                       ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output", "write_late",
+                                                  "unjoined_work")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
                        ("kbv.memory", ("measure_forward",))):
         for name in names:

@@ -121,7 +121,7 @@ def write_late(tensors: Sequence[torch.Tensor], sleep: Callable[[int], None], cy
     of `cycles` followed by the copy of the real values. Work that waits for the current stream (as
     every kernel launched on it, and every stream joined to it, does) reads the real inputs; work on a
     stream that does not wait reads the poison."""
-    late = [(t, t.clone()) for t in tensors if t.is_cuda and t.numel()]
+    late = [(t, t.clone()) for t in tensors if t.is_cuda and t.numel() and not _self_overlapping(t)]
     for t, _ in late:
         if t.is_floating_point() or t.is_complex():
             t.fill_(float("nan"))
@@ -133,6 +133,11 @@ def write_late(tensors: Sequence[torch.Tensor], sleep: Callable[[int], None], cy
     sleep(cycles)
     for t, real in late:
         t.copy_(real)
+
+
+def _self_overlapping(t: torch.Tensor) -> bool:
+    """An expanded view (a zero stride over more than one element) cannot be filled in place."""
+    return any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape))
 
 
 def unjoined_work(outs: Sequence[Any], device: torch.device) -> bool:
