@@ -97,7 +97,7 @@ class PersistingL2:
     def attach(cls, lib: ctypes.CDLL, path: str) -> PersistingL2:
         control = cls(lib, path)
         control.reset()  # whatever default the environment set (an MPS percentage, say) goes first
-        control.floor = control.state(0).limit_bytes
+        control.floor = control.limit_bytes()
         return control
 
     def _ok(self, code: int, what: str) -> bool:
@@ -111,11 +111,15 @@ class PersistingL2:
         self._ok(self._set_limit(LIMIT_PERSISTING_L2, 0), "cudaDeviceSetLimit")
         self._ok(self._reset_lines(), "cudaCtxResetPersistingL2Cache")
 
+    def limit_bytes(self) -> int:
+        """The persisting-L2 set-aside of the context (0 where it cannot be read)."""
+        limit = ctypes.c_size_t(0)
+        ok = self._ok(self._get_limit(ctypes.byref(limit), LIMIT_PERSISTING_L2), "cudaDeviceGetLimit")
+        return int(limit.value) if ok else 0
+
     def state(self, stream: int) -> L2State:
         """The set-aside and the persisting window on `stream` (a cudaStream_t as an int)."""
-        limit = ctypes.c_size_t(0)
-        limit_bytes = int(limit.value) if self._ok(self._get_limit(ctypes.byref(limit), LIMIT_PERSISTING_L2),
-                                                    "cudaDeviceGetLimit") else 0
+        limit_bytes = self.limit_bytes()
         value = _AttrValue()
         window = 0
         read = self._ok(self._stream_attr(ctypes.c_void_p(stream), ATTR_ACCESS_POLICY_WINDOW, ctypes.byref(value)),
