@@ -313,6 +313,8 @@ class VerifiedRunner:
                     "device_state": device_state(self.settings.device)}
         message = ("verified on " + ", ".join(prepared.ctx.calibration.applicable()) if status is Status.VERIFIED
                    else "; ".join(why for _, why in speed.findings))
+        if status is Status.VERIFIED and speed.charge > 1.0:
+            message += f"; timed at its wall clock, {speed.charge:.2f}x what it reported"
         return _done(base, t0, status=status, categories=cats,
                      trials=tuple(result.trials), timing=timing, memory=memory,
                      baseline_memory=prepared.baseline_memory, message=message[:400], evidence=evidence,

@@ -39,9 +39,19 @@ def verdict_table(verdicts: Sequence[Verdict], title: str = "Verdicts") -> Table
             if not v.status.passed:
                 cats = ",".join(c.value for c in v.categories)
                 notes.append(f"{p}: {cats + ': ' if cats else ''}{v.message}")
+            elif _caveats(v):
+                notes.append(f"{p}: {_caveats(v)}")
         cells.append("; ".join(notes))
         table.add_row(*cells)
     return table
+
+
+def _caveats(v: Verdict) -> str:
+    """What qualifies a passing verdict: its problem's flags, a speed charged at the wall clock."""
+    said = [f"unsound problem ({'; '.join(v.flags)})"] if v.flags else []
+    if v.timing is not None:
+        said += [n.split(":")[0] for n in v.timing.notes if n.startswith("charged the wall time")]
+    return "; ".join(said)
 
 
 def metrics_table(metrics: dict[str, dict[str, Metrics]], title: str = "Metrics") -> Table:
