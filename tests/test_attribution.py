@@ -3,13 +3,10 @@ verified runner makes of it (no custom kernel, decoys, a share under --min-custo
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from kbv.attribution import Attribution, attribute, kernel_names
+from kbv.attribution import Attribution, attribute, kernel_names, missing_custom_work
 from kbv.verdict import Category
-from kbv.verified_runner import VerifiedRunner
 
 CUDA_SOURCE = '''
 cuda_src = r"""
@@ -63,11 +60,10 @@ def test_without_a_profile_launch_counts_and_their_time_decide():
 
 
 def _judge(a: Attribution, min_share: float = 0.0):
-    runner = SimpleNamespace(protocol=SimpleNamespace(min_custom_share=min_share))
-    return VerifiedRunner._lacking_custom(runner, a)
+    return missing_custom_work(a, min_share)
 
 
-def test_the_runner_names_what_attribution_lacks():
+def test_what_attribution_lacks_is_named():
     assert _judge(Attribution(0, 0.0))[0] is Category.NO_CUSTOM_KERNEL
     assert _judge(Attribution(3, 0.9, ghost="unchanged"))[0] is Category.NO_CUSTOM_KERNEL  # decoys
     assert "decoys" in _judge(Attribution(3, 0.9, ghost="unchanged"))[1]

@@ -14,14 +14,12 @@ from kbv.verdict import Category
 
 
 class _Fn:
-    """A stand-in for a ctypes function pointer: takes argtypes/restype, returns a CUDA error code."""
+    """A stand-in for a ctypes function pointer: takes argtypes and restype, returns a CUDA error code."""
 
     def __init__(self, body):
         self.body = body
-        self.calls = 0
 
     def __call__(self, *args):
-        self.calls += 1
         return self.body(*args)
 
 
@@ -32,53 +30,34 @@ class Runtime:
         self.limit, self.settable, self.lines_reset = limit, settable, 0
         self.window = (0, 0.0, 0)  # num_bytes, hit ratio, hit property
         self.pending_error = 0
+        for name in ("cudaDeviceSetLimit", "cudaDeviceGetLimit", "cudaCtxResetPersistingL2Cache",
+                     "cudaStreamGetAttribute", "cudaGetLastError"):
+            setattr(self, name, _Fn(getattr(self, "_" + name)))
 
-    def fail(self, code):
-        self.pending_error = code
+    def _cudaDeviceSetLimit(self, which, value):
+        assert which == LIMIT_PERSISTING_L2
+        if not self.settable:
+            self.pending_error = 801  # cudaErrorNotSupported
+            return 801
+        self.limit = value
+        return 0
+
+    def _cudaDeviceGetLimit(self, out, which):
+        out._obj.value = self.limit
+        return 0
+
+    def _cudaCtxResetPersistingL2Cache(self):
+        self.lines_reset += 1
+        return 0
+
+    def _cudaStreamGetAttribute(self, stream, attr, out):
+        w = out._obj.window
+        w.num_bytes, w.hit_ratio, w.hit_prop = self.window
+        return 0
+
+    def _cudaGetLastError(self):
+        code, self.pending_error = self.pending_error, 0
         return code
-
-    @property
-    def cudaDeviceSetLimit(self):
-        def body(which, value):
-            assert which == LIMIT_PERSISTING_L2
-            if not self.settable:
-                return self.fail(801)  # cudaErrorNotSupported
-            self.limit = value
-            return 0
-        return self._keep("set", body)
-
-    @property
-    def cudaDeviceGetLimit(self):
-        def body(out, which):
-            out._obj.value = self.limit
-            return 0
-        return self._keep("get", body)
-
-    @property
-    def cudaCtxResetPersistingL2Cache(self):
-        def body():
-            self.lines_reset += 1
-            return 0
-        return self._keep("reset", body)
-
-    @property
-    def cudaStreamGetAttribute(self):
-        def body(stream, attr, out):
-            w = out._obj.window
-            w.num_bytes, w.hit_ratio, w.hit_prop = self.window
-            return 0
-        return self._keep("attr", body)
-
-    @property
-    def cudaGetLastError(self):
-        def body():
-            code, self.pending_error = self.pending_error, 0
-            return code
-        return self._keep("last", body)
-
-    def _keep(self, name, body):
-        fns = self.__dict__.setdefault("fns", {})
-        return fns.setdefault(name, _Fn(body))
 
 
 def test_the_control_takes_away_any_set_aside_and_sees_one_raised_again():

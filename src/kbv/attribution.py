@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbv.verdict import Category
+
 _LIBRARY = re.compile(r"(^|[^a-z])(at::native|cublas|cudnn|cutlass_\d|sm\d+_xmma|xmma_|ampere_|volta_|turing_|"
                       r"hopper_|gemv|gemm|splitk|memcpy|memset|elementwise_kernel|reduce_kernel|"
                       r"triton_(poi|red|per|tem)_|cudaMemcpy|nvjet)", re.IGNORECASE)
@@ -108,3 +110,21 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     if not any(own for *_, own in rows):
         custom_launches = 0  # counters fired, but no device kernel of the candidate's ran
     return Attribution(custom_launches, share, tuple(rows), launches, ghost)
+
+
+def missing_custom_work(a: Attribution, min_custom_share: float) -> tuple[Category, str] | None:
+    """What the attribution lacks for a verified verdict (category, why), or None: own kernels that
+    are decoys, no own kernel at all, or a share of the time under `min_custom_share`."""
+    if a.decoy:
+        return (Category.NO_CUSTOM_KERNEL,
+                "the candidate's own kernels ran, but with them suppressed the output is unchanged: decoys")
+    if a.custom_launches == 0:
+        return (Category.NO_CUSTOM_KERNEL,
+                "no kernel of the candidate's own ran: the work was done by library code "
+                f"({len(a.kernels)} device kernels, none the candidate's)" if a.kernels else
+                "no kernel of the candidate's own ran (no extension function or Triton kernel was launched)")
+    if a.custom_share < min_custom_share:
+        return (Category.LOW_CUSTOM_SHARE,
+                f"the candidate's own kernels took {100 * a.custom_share:.0f}% of the time, "
+                f"below the required {100 * min_custom_share:.0f}%")
+    return None

@@ -70,7 +70,7 @@ def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig) -> int:
 
 
 def load_pool(sb: Sandbox, arena: SharedArena, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
-    handles = [[arena.share(x)[1] if isinstance(x, torch.Tensor) else x for x in inputs] for inputs in pool]
+    handles = [arena.handles(inputs) for inputs in pool]
     sb.call({"op": "pool", "pool": handles, "flush_bytes": flush_bytes}, timeout_s)
 
 

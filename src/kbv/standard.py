@@ -75,7 +75,7 @@ def measure_standard_baseline(ctx: StandardContext, protocol: StandardProtocol, 
             sb.call({"op": "load", "source": "reference", "code": ctx.problem.code, "origin": ctx.problem.origin,
                      "init_args": ctx.init_inputs, "seed": protocol.seed, "precision": protocol.precision},
                     settings.timeout_s)
-            reply = sb.call({"op": "time", "inputs": _share_all(arena, ctx.timing_inputs),
+            reply = sb.call({"op": "time", "inputs": arena.handles(ctx.timing_inputs),
                              "config": protocol.timer.__dict__}, settings.timeout_s)
     except ChildFailure as failure:
         raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
@@ -102,7 +102,7 @@ def evaluate_standard(pair: Pair, ctx: StandardContext, build: Build, baseline: 
                 return _finish(base, t0, status=Status.INCORRECT, trials=tuple(trials),
                                categories=_categories(failed),
                                message=f"{len(trials) - len(failed)}/{len(trials)} trials passed: {failed[0].note}")
-            reply = sb.call({"op": "time", "inputs": _share_all(arena, ctx.timing_inputs),
+            reply = sb.call({"op": "time", "inputs": arena.handles(ctx.timing_inputs),
                              "config": protocol.timer.__dict__}, time_left(deadline))
     except ChildFailure as failure:
         return _finish(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
@@ -118,7 +118,7 @@ def _run_trials(sb: Sandbox, arena: SharedArena, ctx: StandardContext, protocol:
         buffers = [arena.empty(r.shape, r.dtype) for r in references]
         for buf, _ in buffers:
             _poison(buf)
-        reply = sb.call({"op": "forward", "inputs": _share_all(arena, inputs),
+        reply = sb.call({"op": "forward", "inputs": arena.handles(inputs),
                          "outputs": [h for _, h in buffers]}, time_left(deadline))
         comparison = _compare(reply, references, [b for b, _ in buffers], protocol.tolerance)
         trials.append(Trial("default", index, comparison.passed, comparison.max_abs_err, comparison.max_rel_err,
@@ -172,14 +172,6 @@ def _timing(samples_ms: list[float], baseline: TimingStats, settings: Settings) 
     speedup = baseline.mean_ms / cand.mean_ms if cand.mean_ms > 0 else float("inf")
     return Timing(method=method, statistic="mean_ms", candidate=cand, baselines={"eager": baseline},
                   speedups={"eager": speedup})
-
-
-def _share_all(arena: SharedArena, values: list[Any]) -> list[Any]:
-    return [arena.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
-
-
-
-
 
 
 def blank_verdict(pair: Pair, protocol: StandardProtocol, settings: Settings) -> Verdict:

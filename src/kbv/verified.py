@@ -275,7 +275,7 @@ def _forward(sb: Sandbox, arena: SharedArena, inputs: list[Any], like: list[torc
              reuse: bool = False, late_inputs: bool = False) -> dict[str, Any]:
     """One forward in the child; outputs come back on `like`'s device and dtype (None if not copied)."""
     buffers = [arena.empty(t.shape, t.dtype) for t in like]
-    command = {"op": "forward", "inputs": _share_inputs(arena, inputs), "outputs": [h for _, h in buffers],
+    command = {"op": "forward", "inputs": arena.handles(inputs), "outputs": [h for _, h in buffers],
                "poison": poison, "checks": checks, "keep": keep, "reuse": reuse, "late_inputs": late_inputs}
     reply = sb.call(command, time_left(deadline))
     outputs = None
@@ -423,10 +423,6 @@ def _finish_categories(result: CorrectnessResult) -> None:
     for cat in list(result.integrity) + list(result.hacks):
         result.categories.append(Category(cat))
     result.categories = list(dict.fromkeys(result.categories))
-
-
-def _share_inputs(arena: SharedArena, values: list[Any]) -> list[Any]:
-    return [arena.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _share_state(arena: SharedArena, state: dict[str, torch.Tensor]) -> dict[str, Any] | None:

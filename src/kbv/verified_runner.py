@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from kbv.attribution import Attribution, attribute
+from kbv.attribution import Attribution, attribute, missing_custom_work
 from kbv.builds import Build
 from kbv.candidates import Pair
 from kbv.compare import allowed_error, measure_error, within
@@ -206,7 +206,7 @@ class VerifiedRunner:
                 load_pool(sb, arena, prepared.pool, self._flush_bytes(), time_left(deadline))
                 attribution = self._attribute(sb, arena, prepared, pair, deadline)
                 base = replace(base, evidence={**base.evidence, "attribution": _attribution_evidence(attribution)})
-                lacking = self._lacking_custom(attribution)
+                lacking = missing_custom_work(attribution, self.protocol.min_custom_share)
                 if lacking is not None:
                     return _done(base, t0, status=Status.NO_CUSTOM_KERNEL, categories=(lacking[0],),
                                  trials=tuple(result.trials), message=lacking[1])
@@ -223,8 +223,8 @@ class VerifiedRunner:
         that is still right with the candidate's own launches suppressed never needed them."""
         warm, profiled, ghosted = (prepared.fresh(ATTRIBUTION_SET + k) for k in range(3))
         buffers = [arena.empty(t.shape, t.dtype) for t in prepared.output_like]
-        reply = sb.call({"op": "attribution", "warm_inputs": _share(arena, warm), "inputs": _share(arena, profiled),
-                         "ghost_inputs": _share(arena, ghosted), "ghost_outputs": [h for _, h in buffers]},
+        reply = sb.call({"op": "attribution", "warm_inputs": arena.handles(warm), "inputs": arena.handles(profiled),
+                         "ghost_inputs": arena.handles(ghosted), "ghost_outputs": [h for _, h in buffers]},
                         time_left(deadline))
         if reply.get("ghost") == "ran":
             right = bool(reply.get("ghost_copied"))
@@ -234,21 +234,6 @@ class VerifiedRunner:
                             for (b, _), t, e in zip(buffers, ev.truth, ev.baseline_err))
             reply["ghost"] = "unchanged" if right else "changed"
         return attribute(reply, pair.candidate.code, self.settings.device_type)
-
-    def _lacking_custom(self, a: Attribution) -> tuple[Category, str] | None:
-        if a.decoy:
-            return (Category.NO_CUSTOM_KERNEL,
-                    "the candidate's own kernels ran, but with them suppressed the output is unchanged: decoys")
-        if a.custom_launches == 0:
-            return (Category.NO_CUSTOM_KERNEL,
-                    "no kernel of the candidate's own ran: the work was done by library code "
-                    f"({len(a.kernels)} device kernels, none the candidate's)" if a.kernels else
-                    "no kernel of the candidate's own ran (no extension function or Triton kernel was launched)")
-        if a.custom_share < self.protocol.min_custom_share:
-            return (Category.LOW_CUSTOM_SHARE,
-                    f"the candidate's own kernels took {100 * a.custom_share:.0f}% of the time, "
-                    f"below the required {100 * self.protocol.min_custom_share:.0f}%")
-        return None
 
     def _measure(self, sb: Sandbox, arena: SharedArena, prepared: Prepared,
                  deadline: float) -> tuple[SpeedResult, MemoryStats]:
@@ -277,7 +262,7 @@ class VerifiedRunner:
                       deadline: float) -> tuple[Category, str] | None:
         """New inputs, each called twice in a row unchanged: an honest kernel takes as long the second
         time (the L2 is flushed between); a result cache answers at once."""
-        sets = [_share(arena, prepared.fresh(k)) for k in range(REPLAY_PROBES)]
+        sets = [arena.handles(prepared.fresh(k)) for k in range(REPLAY_PROBES)]
         pairs = sb.call({"op": "replay", "sets": sets}, time_left(deadline))["pairs"]
         first = sorted(p[0] for p in pairs)[len(pairs) // 2]
         again = sorted(p[1] for p in pairs)[len(pairs) // 2]
@@ -319,11 +304,6 @@ class VerifiedRunner:
                      trials=tuple(result.trials), timing=timing, memory=memory,
                      baseline_memory=prepared.baseline_memory, message=message[:400], evidence=evidence,
                      speedup=speed.speedups.get(self.protocol.primary_baseline) if status is Status.VERIFIED else None)
-
-
-
-def _share(arena: SharedArena, values: list[Any]) -> list[Any]:
-    return [arena.share(x)[1] if isinstance(x, torch.Tensor) else x for x in values]
 
 
 def _attribution_evidence(a: Attribution) -> dict[str, Any]:

@@ -37,8 +37,8 @@ TAIL_BYTES = 16 * 1024
 _EXPECTED = {
     "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
     "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
-    "memory": ("peak_bytes", "retained_bytes"), "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"), "replay": ("pairs",),
-    "bandwidth": ("gbps",),
+    "memory": ("peak_bytes", "retained_bytes"), "replay": ("pairs",), "bandwidth": ("gbps",),
+    "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"),
 }
 
 # Variables a child may inherit. Everything else (API keys, seeds, user settings) is dropped.

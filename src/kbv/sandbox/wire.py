@@ -24,6 +24,7 @@ import struct
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,11 @@ class SharedArena:
         copy, handle = self.empty(tensor.shape, tensor.dtype)
         copy.copy_(tensor.detach())
         return copy, handle
+
+    def handles(self, values: Sequence[Any]) -> list[Any]:
+        """`values` as a command carries them: each tensor replaced by the handle of a shared copy,
+        anything else as it is."""
+        return [self.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
 
     def _empty_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
         numel = 1
