@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kbv.attribution import Attribution, attribute, kernel_names, missing_custom_work
+from kbv.detect.attribution import Attribution, attribute, kernel_names, missing_custom_work
 from kbv.verdict import Category
 
 CUDA_SOURCE = '''

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kbv.evidence import guard_evidence, integrity_evidence
+from kbv.detect.evidence import guard_evidence, integrity_evidence
 from kbv.verdict import Category
 
 PLAIN = {"tensor": True, "exact_type": True, "strided": True, "internal_overlap": False,

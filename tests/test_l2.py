@@ -1,4 +1,4 @@
-"""Persisting-L2 control (kbv.l2) against a scripted CUDA runtime, and the impossible-speed bound.
+"""Persisting-L2 control (kbv.sandbox.l2) against a scripted CUDA runtime, and the impossible-speed bound.
 
 On a GPU the same code runs against the process's libcudart (tests/corpus/gpu/…persisting_l2)."""
 
@@ -8,8 +8,9 @@ import ctypes
 
 import pytest
 
-from kbv.l2 import ACCESS_PERSISTING, LIMIT_PERSISTING_L2, PersistingL2, mapped_library
-from kbv.speed import IMPOSSIBLE_FACTOR, impossible_speed
+from kbv.sandbox.l2 import ACCESS_PERSISTING, LIMIT_PERSISTING_L2, PersistingL2, mapped_library
+from kbv.detect.speed import impossible_speed
+from kbv.protocols.verified.rules import IMPOSSIBLE_FACTOR
 from kbv.verdict import Category
 
 
@@ -24,7 +25,7 @@ class _Fn:
 
 
 class Runtime:
-    """The five runtime calls kbv.l2 makes, with a context's persisting state behind them."""
+    """The five runtime calls kbv.sandbox.l2 makes, with a context's persisting state behind them."""
 
     def __init__(self, limit=0, settable=True):
         self.limit, self.settable, self.lines_reset = limit, settable, 0

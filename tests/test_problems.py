@@ -10,8 +10,8 @@ import torch
 
 from kbv.errors import ProblemLoadError, ProblemRunError, UsageError
 from kbv.problems import content_hash, find_problem, instantiate_problem, load_problems
-from kbv.protocols import StandardProtocol
-from kbv.standard import prepare_standard
+from kbv.protocols.standard import StandardProtocol
+from kbv.protocols.standard import prepare_standard
 from sources import (GET_INPUTS_RAISES_PROBLEM, LINEAR_PROBLEM, NO_MODEL_PROBLEM, RELU_PROBLEM,
                      SYNTAX_ERROR_PROBLEM, write_tree)
 

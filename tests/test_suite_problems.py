@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from kbv.problems import Problem, instantiate_problem
-from kbv.suite import load_suite, smoke_source
+from kbv.problems import load_suite
+from kbv.suite import smoke_source
 
 MARKER = "# kbv: smoke="
 FULL_INPUT_LIMIT_BYTES = 7 * 10**9  # the read-bound reductions need ~6 GB to reach 1 ms on an H200

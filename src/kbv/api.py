@@ -20,7 +20,7 @@ from typing import Any
 
 from kbv.candidates import Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UsageError
-from kbv.executor import Executor, Job, LocalExecutor
+from kbv.executors import Executor, Job
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.problems import load_problems
 from kbv.provenance import collect_provenance, device_fingerprint
@@ -111,9 +111,15 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
         runners = _runners(config, settings, store)
         jobs, resumed = _jobs(pairing.pairs, protocols, runners, settings, store)
         own_executor = executor is None
-        executor = executor or LocalExecutor(settings, runners)
+        if executor is None:
+            from kbv.executors.local import LocalExecutor
+
+            executor = LocalExecutor(settings, runners)
         try:
             evaluated, failures = _run_jobs(jobs, executor, store, progress, len(resumed))
+        except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
+            executor.abort()
+            raise
         finally:
             if own_executor:
                 executor.close()
@@ -177,8 +183,7 @@ def _slug(path: str) -> str:
 
 
 def _runners(config: EvalConfig, settings: Settings, store: Store) -> dict[str, Any]:
-    from kbv.protocols import StandardProtocol
-    from kbv.runners import StandardRunner
+    from kbv.protocols.standard import StandardProtocol, StandardRunner
 
     fingerprint = device_fingerprint(settings.provenance)
     runners: dict[str, Any] = {
@@ -189,10 +194,10 @@ def _runners(config: EvalConfig, settings: Settings, store: Store) -> dict[str, 
 
 
 def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
-    from kbv.speed import TimerConfig
+    from kbv.protocols.verified.rules import BASELINES, VerifiedProtocol
+    from kbv.protocols.verified.runner import VerifiedRunner
+    from kbv.protocols.verified.timer import TimerConfig
     from kbv.stats import StopRule
-    from kbv.verified import VerifiedProtocol
-    from kbv.verified_runner import BASELINES, VerifiedRunner
 
     if config.precision not in ("tf32", "fp32"):
         raise UsageError(f"Unknown precision '{config.precision}': expected tf32 or fp32.")
@@ -229,15 +234,9 @@ def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str
         for protocol in protocols:
             c = pair.candidate
             key = pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
-                           _rules_fingerprint(runners[protocol]), device_fp)
+                           runners[protocol].fingerprint(), device_fp)
             (resumed.append(key) if key in done else jobs.append(Job(pair, protocol, key)))
     return jobs, resumed
-
-
-def _rules_fingerprint(runner: Any) -> str:
-    """The protocol's rules plus, for the verified protocol, its timer and baselines."""
-    extra = f"{getattr(runner, 'timer', '')}{getattr(runner, 'baseline_names', '')}"
-    return runner.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8]
 
 
 def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: ProgressFn | None,
@@ -268,8 +267,9 @@ def check_problems(spec: str, device: str = "auto", seed: int | None = None,
     A problem whose own code fails yields a report flagged with the failure."""
     import torch
 
-    from kbv.soundness import SoundnessReport, check_problem
-    from kbv.verified import VerifiedProtocol, prepare_verified
+    from kbv.detect.soundness import SoundnessReport, check_problem
+    from kbv.protocols.verified.prepare import prepare_trials
+    from kbv.protocols.verified.rules import VerifiedProtocol
 
     dev = torch.device(resolve_device(device))
     protocol = VerifiedProtocol(trials_per_distribution=max(2, trials), precision=precision)
@@ -277,10 +277,14 @@ def check_problems(spec: str, device: str = "auto", seed: int | None = None,
     reports = []
     for problem in load_problems(spec):
         try:
-            ctx = prepare_verified(problem, protocol, dev, secret, sound_check=False)
+            prepared = prepare_trials(problem, protocol, dev, secret)
+            reports.append(check_problem(prepared, protocol))
         except ProblemError as exc:
             reports.append(SoundnessReport(problem.key, {}, {}, (f"cannot run: {exc}",)))
-            continue
-        reports.append(check_problem(ctx, protocol))
-        del ctx
+        except torch.cuda.OutOfMemoryError as exc:
+            reports.append(SoundnessReport(problem.key, {}, {}, (f"too large for this device: {str(exc)[:160]}",)))
+        finally:
+            prepared = None
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
     return reports

@@ -11,10 +11,11 @@ Loading checks the source statically (it compiles, it defines the three names); 
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import re
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,7 +63,7 @@ def load_problems(spec: str | Path) -> list[Problem]:
 
     text = str(spec)
     if text in suite.SUITES:
-        return suite.load_suite(text)
+        return load_suite(text)
     path = Path(text)
     if not path.exists():
         hint = did_you_mean(text, suite.SUITES)
@@ -75,6 +76,15 @@ def load_problems(spec: str | Path) -> list[Problem]:
     if path.suffix == ".py":
         return [load_problem_file(path)]
     raise UsageError(f"Cannot read problems from '{path}': expected a .py file, a directory or a .parquet file.")
+
+
+def load_suite(name: str) -> list[Problem]:
+    """All problems of the bundled suite `name` ('smoke' or 'full'), ordered by level and id."""
+    from kbv import suite
+
+    problems = [make_problem(s.stem, s.code, origin=s.origin, level=s.level, suite=name)
+                for s in suite.suite_sources(name)]
+    return sorted(problems, key=lambda p: (p.level, p.problem_id or 0, p.name))
 
 
 def load_problem_file(path: Path, level: int | None = None) -> Problem:
@@ -201,8 +211,34 @@ def resolve_problem(problems: Sequence[Problem], ref: str, level: int | None = N
     return []
 
 
+@contextlib.contextmanager
+def problem_code(origin: str, what: str) -> Iterator[None]:
+    """Around a call into a problem's own code (`get_inputs`, `Model(...)`, its forward): what it
+    raises becomes a ProblemRunError naming the problem. Only such calls are wrapped, so that a bug
+    in kbv is never reported as the problem's own failure."""
+    try:
+        yield
+    except ProblemRunError:
+        raise
+    except Exception as exc:
+        raise ProblemRunError(f"{origin}: the problem's own code failed ({what}): {type(exc).__name__}: {exc}") from exc
+
+
+_MODULES: dict[str, types.ModuleType] = {}  # problem hash -> its executed module (the source runs once)
+
+
 def instantiate_problem(problem: Problem) -> types.ModuleType:
-    """Execute the problem's source in a fresh module. Raises ProblemRunError naming the origin."""
+    """The problem's module, executed once per process (later calls return the same module).
+    Raises ProblemRunError naming the origin."""
+    key = f"{problem.hash}:{problem.origin}"
+    if key not in _MODULES:
+        if len(_MODULES) >= 8:
+            _MODULES.pop(next(iter(_MODULES)))
+        _MODULES[key] = _execute(problem)
+    return _MODULES[key]
+
+
+def _execute(problem: Problem) -> types.ModuleType:
     module = types.ModuleType(f"kbv_problem_{problem.hash[:12]}")
     module.__file__ = problem.origin
     try:

@@ -14,6 +14,7 @@ import torch
 from kbv.compare import ErrorMeasure, Tolerance, measure_error
 from kbv.inputs import flatten_outputs, rng_isolated, set_seed
 from kbv.precision import precision_policy
+from kbv.problems import problem_code
 
 
 @dataclass
@@ -30,23 +31,28 @@ class Reference:
     """`Model` of a problem, rebuilt per weight seed, evaluated as truth and as the baseline."""
 
     def __init__(self, module: types.ModuleType, init_inputs: Sequence[Any], device: torch.device,
-                 policy: str) -> None:
+                 policy: str, origin: str = "problem") -> None:
         self.module = module
         self.init_inputs = list(init_inputs)
         self.device = device
         self.policy = policy
+        self.origin = origin  # named when the problem's own code raises (ProblemRunError)
 
     def build(self, weight_seed: int) -> Any:
-        with rng_isolated():
+        with rng_isolated(), problem_code(self.origin, "Model(...)"):
             set_seed(weight_seed)
             model = self.module.Model(*self.init_inputs)
-        return model.to(self.device) if isinstance(model, torch.nn.Module) else model
+            return model.to(self.device) if isinstance(model, torch.nn.Module) else model
 
     def baseline_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
-        with precision_policy(self.policy), torch.no_grad():
+        with precision_policy(self.policy), torch.no_grad(), problem_code(self.origin, "forward"):
             return [o.detach().clone() for o in flatten_outputs(model(*inputs))]
 
     def evaluate(self, model: Any, inputs: Sequence[Any]) -> Evaluation:
+        with problem_code(self.origin, "forward"):
+            return self._evaluate(model, inputs)
+
+    def _evaluate(self, model: Any, inputs: Sequence[Any]) -> Evaluation:
         truth, exact = self.truth(model, inputs)
         baseline = self.baseline_outputs(model, inputs)
         errors = [measure_error(t, b) for t, b in zip(truth, baseline)]

@@ -33,6 +33,15 @@ class Settings:
         return "cuda" if self.device.startswith("cuda") else "cpu"
 
     @property
+    def l2_bytes(self) -> int:
+        """The device's L2 size (64 MiB where unknown, as on a CPU)."""
+        return int(self.provenance.get("l2_cache_bytes") or (64 << 20))
+
+    def flush_bytes(self, factor: float) -> int:
+        """The L2 flush buffer of the timers: `factor` x L2 on CUDA, none on a CPU."""
+        return int(factor * self.l2_bytes) if self.device_type == "cuda" else 0
+
+    @property
     def visible_devices(self) -> str | None:
         """CUDA_VISIBLE_DEVICES for children: the one physical GPU the parent uses."""
         if self.device_type != "cuda":
@@ -64,7 +73,8 @@ class Settings:
         try:
             yield ChildSpec(work_dir=work, build_dir=build_dir or self.cache_dir / "reference",
                             device=self.child_device, visible_devices=self.visible_devices,
-                            cuda_arch_list=self.cuda_arch_list)
+                            cuda_arch_list=self.cuda_arch_list,
+                            parent_device=self.device if self.device_type == "cuda" else None)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

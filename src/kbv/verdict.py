@@ -271,6 +271,12 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def hack_categories(categories: tuple[Category, ...]) -> tuple[Category, ...]:
-    """The categories that are evidence of a hack."""
-    return tuple(c for c in categories if KIND[c] is Kind.HACK)
+def finish_verdict(base: Verdict, started: float, **changes: Any) -> Verdict:
+    """`base` with `changes`, its wall time since `started` (time.monotonic); a verdict on a flagged
+    problem says so among its categories, whatever its status. Every protocol ends a verdict here."""
+    import time
+
+    verdict = dataclasses.replace(base, wall_s=time.monotonic() - started, **changes)
+    if verdict.flags and Category.UNSOUND_PROBLEM not in verdict.categories:
+        verdict = dataclasses.replace(verdict, categories=verdict.categories + (Category.UNSOUND_PROBLEM,))
+    return verdict

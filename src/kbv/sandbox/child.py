@@ -35,13 +35,18 @@ class _CompileFailure(Exception):
 
 
 class Child:
-    def __init__(self, res_fd: int) -> None:
+    def __init__(self, res_fd: int, fd_sock: Any = None) -> None:
         import torch
 
-        from kbv.timing import Clock
+        from kbv.sandbox.timers import Clock
 
         self.torch = torch
         self.res_fd = res_fd
+        self.fd_sock = fd_sock  # device exports' descriptors go to the parent through this socket
+        self.slots: dict[int, list[Any]] = {}  # alloc id -> views of its export (until resolved)
+        self.inbox: list[Any] = []  # alloc mappings: freed once the command that names them is done
+        self.exports: list[Any] = []  # output mappings handed over: freed when the next command comes
+        self._next_slot = 0
         self.device = torch.device(os.environ.get("KBV_DEVICE", "cpu"))
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -54,7 +59,7 @@ class Child:
         self.flush: Any = None
         self.device_floor: int | None = None
         if self.device.type == "cuda":
-            from kbv.memory import device_in_use
+            from kbv.sandbox.memory import device_in_use
 
             torch.zeros(1, device=self.device)  # create the context before taking the floor
             self.device_floor = device_in_use(self.device)
@@ -70,10 +75,56 @@ class Child:
     # -- commands -----------------------------------------------------------------------------
     def op_hello(self, cmd: dict[str, Any]) -> dict[str, Any]:
         torch = self.torch
-        info = {"pid": os.getpid(), "torch": torch.__version__, "device": str(self.device)}
+        info = {"pid": os.getpid(), "torch": torch.__version__, "device": str(self.device), "vmm": False}
         if self.device.type == "cuda":
             info["device_name"] = torch.cuda.get_device_name(self.device)
+            info["vmm"] = self._vmm_supported()
         return info
+
+    def _vmm_supported(self) -> bool:
+        from kbv.sandbox import vmm
+
+        if self.fd_sock is None:
+            return False
+        try:
+            vmm.granularity(self.device.index or 0)
+        except vmm.VmmError:
+            return False
+        return True
+
+    def op_alloc(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Exportable device memory for tensors `specs` ([shape, dtype]...): the parent copies into it while
+        this process waits for its next command. Each view is cloned when a command names it."""
+        from kbv.sandbox import vmm
+        from kbv.sandbox.wire import dtype_from_name
+
+        torch = self.torch
+        specs = [(tuple(int(d) for d in shape), dtype_from_name(dt)) for shape, dt in cmd["specs"]]
+        sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in specs]
+        offsets, total = vmm.packed_offsets(sizes)
+        mapping = vmm.create(total, self.device.index or 0)
+        self.inbox.append(mapping)
+        self._next_slot += 1
+        self.slots[self._next_slot] = [vmm.as_tensor(mapping.ptr + off, shape, dt)
+                                       for off, (shape, dt) in zip(offsets, specs)]
+        vmm.send_fd(self.fd_sock, mapping.fd)
+        return {"slot": self._next_slot, "size": mapping.size, "offsets": offsets}
+
+    def begin_command(self, op: str) -> None:
+        """Outputs handed over with the last reply are released: the parent unmaps its side of every
+        export before it sends another command."""
+        exports, self.exports = self.exports, []
+        for m in exports:
+            m.release()
+
+    def end_command(self, op: str) -> None:
+        """After a command other than `alloc`: what it was handed has been cloned; free the exports."""
+        if op == "alloc":
+            return
+        self.slots.clear()
+        inbox, self.inbox = self.inbox, []
+        for m in inbox:
+            m.release()
 
     def op_build(self, cmd: dict[str, Any]) -> dict[str, Any]:
         _import_candidate(cmd["path"])
@@ -139,14 +190,14 @@ class Child:
 
         torch = self.torch
         args = self._inputs(cmd)
-        buffers = [self._arg(h, to_device=False) for h in cmd["outputs"]]
+        expected = self._expected(cmd)
         checks = bool(cmd.get("checks"))
         tensors_in = [a for a in args if isinstance(a, torch.Tensor)]
         names, params = ig.model_tensors(self.model)
         before_in = ig.snapshot(tensors_in) if checks else []
         before_params = ig.snapshot(params) if checks else []
         if cmd.get("poison") is not None:
-            ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, cmd["poison"])
+            ig.poison_allocator(self.device, _nbytes(expected) * 2, cmd["poison"])
         if cmd.get("late_inputs") and self.device.type == "cuda":
             ig.write_late(tensors_in, self._sleep, LATE_INPUT_CYCLES)
         threads_before = self.guards.threads()
@@ -178,8 +229,8 @@ class Child:
                 "aliases_parameter": sorted({names[i] for o in outs if isinstance(o, torch.Tensor)
                                              for i in ig.overlapping(o, params)}),
             }
-        copied = self._copy_out(outs, buffers, meta)
-        return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report}
+        copied, delivered = self._deliver(outs, cmd, meta)
+        return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report, **delivered}
 
     def _flags_changed(self) -> dict[str, Any]:
         from kbv.precision import snapshot_flags
@@ -191,7 +242,7 @@ class Child:
         """A profiled forward with launch counters on one fresh input set, then a ghost replay on
         another: the candidate's own launches suppressed (Triton launches skipped, extension calls
         raising), over poisoned memory, the output copied out for the parent to judge."""
-        from kbv.attribution import profile_forward
+        from kbv.sandbox.profiling import profile_forward
         from kbv.sandbox import integrity as ig
         from kbv.sandbox.guards import GhostCall
 
@@ -208,8 +259,7 @@ class Child:
             self.guards.phase = "harness"
             launches, launch_s = dict(self.guards.launches), dict(self.guards.launch_s)
             ghost_args = [self._arg(a) for a in cmd["ghost_inputs"]]
-            buffers = [self._arg(h, to_device=False) for h in cmd["ghost_outputs"]]
-            ig.poison_allocator(self.device, sum(b.numel() * b.element_size() for b in buffers) * 2, float("nan"))
+            ig.poison_allocator(self.device, _nbytes(self._expected(cmd["ghost_outputs"])) * 2, float("nan"))
             self.guards.ghost = True
             try:
                 out = self.model(*ghost_args)
@@ -221,11 +271,12 @@ class Child:
                 ghost, out = f"raised {type(exc).__name__}", None
             finally:
                 self.guards.ghost = False
-        copied = False
+        copied, delivered = False, {}
         if out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            copied = self._copy_out(outs, buffers, [{} for _ in outs])
-        return {**result, "launches": launches, "launch_s": launch_s, "ghost": ghost, "ghost_copied": copied}
+            copied, delivered = self._deliver(outs, cmd["ghost_outputs"], [{} for _ in outs])
+        return {**result, "launches": launches, "launch_s": launch_s, "ghost": ghost, "ghost_copied": copied,
+                **delivered}
 
     def _inputs(self, cmd: dict[str, Any]) -> list[Any]:
         """The forward's arguments. `reuse` writes the new values into the tensors kept by an earlier
@@ -244,6 +295,47 @@ class Child:
         if cmd.get("keep"):
             self.kept = args
         return args
+
+    def _expected(self, fields: dict[str, Any]) -> list[tuple[tuple[int, ...], Any]]:
+        """The output shapes and dtypes a command asks for: its host buffers' or its export's."""
+        from kbv.sandbox.wire import dtype_from_name
+
+        if "export" in fields:
+            return [(tuple(int(d) for d in shape), dtype_from_name(dt)) for shape, dt in fields["export"]]
+        return [(tuple(h.shape), dtype_from_name(h.dtype)) for h in fields.get("outputs", [])]
+
+    def _deliver(self, outs: list[Any], fields: dict[str, Any], meta: list[dict[str, Any]]
+                 ) -> tuple[bool, dict[str, Any]]:
+        """Hand the outputs to the parent as `fields` asks: into its host buffers, or as a device
+        export whose descriptor goes through the socket (reply key `export`: size and offsets)."""
+        if "export" not in fields:
+            return self._copy_out(outs, [self._arg(h, to_device=False) for h in fields["outputs"]], meta), {}
+        from kbv.sandbox import vmm
+
+        torch = self.torch
+        expected = self._expected(fields)
+        copied = len(outs) == len(expected) and all(
+            isinstance(o, torch.Tensor) and tuple(o.shape) == shape and o.dtype == dt
+            for o, (shape, dt) in zip(outs, expected))
+        for out, m, (shape, dt) in zip(outs, meta, expected):
+            m["copied"] = copied
+        if not copied:
+            return False, {}
+        sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in expected]
+        offsets, total = vmm.packed_offsets(sizes)
+        mapping = vmm.create(total, self.device.index or 0)
+        self.exports.append(mapping)
+        for out, m, off, (shape, dt) in zip(outs, meta, offsets, expected):
+            try:
+                vmm.as_tensor(mapping.ptr + off, shape, dt).copy_(torch.Tensor.detach(out))
+            except Exception as exc:  # a lazy object that fails when read
+                m["copy_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                m["copied"] = copied = False
+        self.sync()
+        if not copied:
+            return False, {}
+        vmm.send_fd(self.fd_sock, mapping.fd)
+        return True, {"export": {"size": mapping.size, "offsets": offsets}}
 
     def _copy_out(self, outs: list[Any], buffers: list[Any], meta: list[dict[str, Any]]) -> bool:
         torch = self.torch
@@ -266,7 +358,7 @@ class Child:
 
     def op_time(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """KernelBench's timer on one input set (the standard protocol)."""
-        from kbv.timing import StandardTimerConfig, time_kernelbench
+        from kbv.sandbox.timers import StandardTimerConfig, time_kernelbench
 
         torch = self.torch
         args = [self._arg(a) for a in cmd["inputs"]]
@@ -285,7 +377,7 @@ class Child:
         return {"sets": len(self.pool)}
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        from kbv.timing import warm_up
+        from kbv.sandbox.timers import warm_up
 
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
@@ -293,15 +385,16 @@ class Child:
 
     def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
-        from kbv.timing import time_block
+        from kbv.sandbox.timers import time_block
 
         recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
+        delivered: dict[str, Any] = {}
 
         def keep(i: int, out: Any) -> None:
             if i in recheck:
                 outs = list(out) if isinstance(out, (tuple, list)) else [out]
-                self._copy_out(outs, [self._arg(h, to_device=False) for h in recheck[i]],
-                               [{} for _ in outs])
+                copied, extra = self._deliver(outs, recheck[i], [{} for _ in outs])
+                delivered.update(extra, copied=copied)
 
         self.guards.phase = "timing"
         with self.torch.no_grad():
@@ -312,12 +405,12 @@ class Child:
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]
         return {"device_ms": block.device_ms, "host_ms": block.host_ms, "persisting_l2": block.persisting_l2,
-                "tampered": sorted(set(self.clock.tampered()) | set(timers))}
+                "tampered": sorted(set(self.clock.tampered()) | set(timers)), **delivered}
 
     def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Each fresh input set timed twice in a row, unchanged: a result cache answers the second
         call without computing."""
-        from kbv.timing import time_block
+        from kbv.sandbox.timers import time_block
 
         pairs = []
         self.guards.phase = "timing"
@@ -330,14 +423,14 @@ class Child:
 
     def op_bandwidth(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """The device's copy bandwidth (read + write bytes per second, best of a few copies of `bytes`)."""
-        from kbv.timing import copy_bandwidth
+        from kbv.sandbox.timers import copy_bandwidth
 
         return {"gbps": copy_bandwidth(self.clock, int(cmd["bytes"]), int(cmd.get("repeats", 5)))}
 
     def op_memory(self, cmd: dict[str, Any]) -> dict[str, Any]:
         from dataclasses import asdict
 
-        from kbv.memory import measure_forward
+        from kbv.sandbox.memory import measure_forward
 
         stats = measure_forward(self.model, self.pool[0], self.device, self.device_floor)
         return asdict(stats)
@@ -348,8 +441,11 @@ class Child:
 
     def _arg(self, value: Any, to_device: bool = True) -> Any:
         """A command argument as the model sees it: shared tensors mapped (and moved to the device)."""
+        from kbv.sandbox.channel import SlotRef
         from kbv.sandbox.wire import TensorHandle, map_tensor
 
+        if isinstance(value, SlotRef):
+            return self.slots[value.slot][value.index].clone()  # an ordinary tensor, off the export
         if isinstance(value, TensorHandle):
             value = map_tensor(value)
         if to_device and isinstance(value, self.torch.Tensor):
@@ -360,6 +456,19 @@ class Child:
         from kbv.sandbox.wire import send_reply
 
         send_reply(self.res_fd, payload)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _nbytes(expected: list[tuple[tuple[int, ...], Any]]) -> int:
+    import torch
+
+    return sum(_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in expected)
 
 
 def _import_candidate(path: str) -> types.ModuleType:
@@ -419,13 +528,18 @@ def _error_reply(exc: BaseException) -> dict[str, Any]:
     }}
 
 
-def serve(cmd_fd: int, res_fd: int) -> int:
+def serve(cmd_fd: int, res_fd: int, fd_sock: int | None = None) -> int:
     """The command loop. Returns the exit code."""
     import pickle
 
     from kbv.sandbox.wire import WireClosed, read_frame
 
-    child = Child(res_fd)
+    import socket
+
+    from kbv.sandbox.wire import send_reply
+
+    sock = socket.socket(fileno=fd_sock) if fd_sock is not None else None
+    child: Child | None = None  # made at the first command: the device comes up when the parent asks
     while True:
         try:
             cmd = pickle.loads(read_frame(cmd_fd))
@@ -433,8 +547,15 @@ def serve(cmd_fd: int, res_fd: int) -> int:
             return 0
         op = cmd.get("op")
         if op == "exit":
-            child.reply({"bye": True})
+            send_reply(res_fd, {"bye": True})
             return 0
+        if child is None:
+            try:
+                child = Child(res_fd, sock)
+            except Exception as exc:
+                send_reply(res_fd, _error_reply(exc))
+                return 1
+        child.begin_command(op)
         handler = getattr(child, f"op_{op}", None)
         if handler is None:
             child.reply({"error": {"kind": "harness", "type": "UnknownOp", "message": str(op), "traceback": ""}})
@@ -444,6 +565,8 @@ def serve(cmd_fd: int, res_fd: int) -> int:
         except Exception as exc:
             child.reply(_error_reply(exc))
             continue
+        finally:
+            child.end_command(op)
         child.reply({"ok": True, **result})
 
 
@@ -464,9 +587,10 @@ def _die_with_parent() -> None:
 def main(argv: list[str]) -> int:
     _die_with_parent()
     cmd_fd, res_fd = int(argv[1]), int(argv[2])
-    os.set_inheritable(cmd_fd, False)
-    os.set_inheritable(res_fd, False)
-    return serve(cmd_fd, res_fd)
+    fd_sock = int(argv[3]) if len(argv) > 3 else None
+    for fd in (cmd_fd, res_fd) + ((fd_sock,) if fd_sock is not None else ()):
+        os.set_inheritable(fd, False)
+    return serve(cmd_fd, res_fd, fd_sock)
 
 
 if __name__ == "__main__":

@@ -58,10 +58,10 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
         "json.dumps": lambda: json.dumps,
         "os.write": lambda: os.write,
     }
-    if "kbv.l2" in sys.modules:  # the persisting-L2 control's methods (bound when the clock was made)
+    if "kbv.sandbox.l2" in sys.modules:  # the persisting-L2 control's methods (bound when the clock was made)
         for name in ("reset", "state"):
-            table[f"kbv.l2.PersistingL2.{name}"] = functools.partial(
-                lambda n: getattr(sys.modules["kbv.l2"].PersistingL2, n), name)
+            table[f"kbv.sandbox.l2.PersistingL2.{name}"] = functools.partial(
+                lambda n: getattr(sys.modules["kbv.sandbox.l2"].PersistingL2, n), name)
     if child_cls is not None:  # the harness's own command handlers (the child runs as __main__)
         module = sys.modules[child_cls.__module__]
         for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "op_bandwidth",
@@ -69,11 +69,11 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
             table[f"Child.{name}"] = functools.partial(lambda n: getattr(child_cls, n), name)
         for name in ("serve", "_error_reply"):
             table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
-    for mod, names in (("kbv.timing", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth")),
+    for mod, names in (("kbv.sandbox.timers", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth")),
                        ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output", "write_late",
                                                   "unjoined_work")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
-                       ("kbv.memory", ("measure_forward",))):
+                       ("kbv.sandbox.memory", ("measure_forward",))):
         for name in names:
             table[f"{mod}.{name}"] = functools.partial(lambda m, n: getattr(sys.modules[m], n), mod, name)
     return table
@@ -81,8 +81,8 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
 
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
-               "kbv.timing.time_block", "kbv.timing.time_kernelbench", "kbv.timing.warm_up",
-               "Child.op_time_block", "Child.op_time", "kbv.l2.PersistingL2.reset", "kbv.l2.PersistingL2.state")
+               "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench", "kbv.sandbox.timers.warm_up",
+               "Child.op_time_block", "Child.op_time", "kbv.sandbox.l2.PersistingL2.reset", "kbv.sandbox.l2.PersistingL2.state")
 
 
 def is_timer(name: str) -> bool:
@@ -107,9 +107,9 @@ class Guards:
 
     # -- installation ---------------------------------------------------------------------------
     def install(self, child_cls: type | None = None) -> None:
-        import kbv.memory  # noqa: F401  (bound before the candidate can reach it)
+        import kbv.sandbox.memory  # noqa: F401  (bound before the candidate can reach it)
         import kbv.sandbox.integrity  # noqa: F401
-        import kbv.timing  # noqa: F401
+        import kbv.sandbox.timers  # noqa: F401
 
         self._getters = _protected(child_cls)
         self._snapshot = {k: _safe(g) for k, g in self._getters.items()}

@@ -12,15 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from kbv.errors import SandboxError
+from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
 from kbv.sandbox.wire import (
     WireClosed,
     WireTimeout,
@@ -38,7 +41,7 @@ _EXPECTED = {
     "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
     "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
     "memory": ("peak_bytes", "retained_bytes"), "replay": ("pairs",), "bandwidth": ("gbps",),
-    "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"),
+    "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"), "alloc": ("slot", "size", "offsets"),
 }
 
 # Variables a child may inherit. Everything else (API keys, seeds, user settings) is dropped.
@@ -56,7 +59,7 @@ class ChildSpec:
     device: str  # "cpu" or "cuda:N" as the child sees it
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for the child
     cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST (builds on CPU workers need it)
-    extra_env: dict[str, str] = field(default_factory=dict)
+    parent_device: str | None = None  # the child's GPU in the parent's numbering ("cuda:N"), for copies
 
 
 def child_env(spec: ChildSpec) -> dict[str, str]:
@@ -87,7 +90,6 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
     if spec.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = spec.cuda_arch_list
-    env.update(spec.extra_env)
     return env
 
 
@@ -100,6 +102,21 @@ def _hide_from_children() -> None:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         pass
+
+
+_LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()  # started children, for `kill_all_children`
+
+
+def kill_all_children() -> int:
+    """Kill the process group of every child this process started and has not closed (an interrupted
+    run must leave nothing behind). Returns how many were killed. Safe from any thread."""
+    killed = 0
+    for sb in list(_LIVE):
+        if sb.proc is not None and sb.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(sb.proc.pid, signal.SIGKILL)
+                killed += 1
+    return killed
 
 
 class ChildFailure(Exception):
@@ -144,32 +161,81 @@ class Sandbox:
         self.spec = spec
         self.label = label
         self.proc: subprocess.Popen[bytes] | None = None
+        self.info: dict[str, Any] = {}  # the child's hello
+        self.channel: HostChannel | DeviceChannel | None = None
         self._cmd_w = -1
         self._res_r = -1
+        self._fds: socket.socket | None = None  # descriptors of device exports come through here
 
     def start(self) -> None:
+        """Spawn the child (it imports torch and waits); `ready` brings up its device."""
         _hide_from_children()
         self.spec.work_dir.mkdir(parents=True, exist_ok=True)
         self.spec.build_dir.mkdir(parents=True, exist_ok=True)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w)],
-                pass_fds=(cmd_r, res_w), cwd=self.spec.work_dir, env=child_env(self.spec),
+                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(theirs.fileno())],
+                pass_fds=(cmd_r, res_w, theirs.fileno()), cwd=self.spec.work_dir, env=child_env(self.spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,
             )
         except OSError as exc:
+            mine.close()
             raise SandboxError(f"cannot start a sandbox child: {exc}") from exc
         finally:
             os.close(cmd_r)
             os.close(res_w)
-        self._cmd_w, self._res_r = cmd_w, res_r
+            theirs.close()
+        self._cmd_w, self._res_r, self._fds = cmd_w, res_r, mine
+        _LIVE.add(self)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self.stdout = _Tail(self.proc.stdout)
         self.stderr = _Tail(self.proc.stderr)
         self.started_at = time.monotonic()
+
+    def ready(self, timeout_s: float) -> dict[str, Any]:
+        """Bring up the child's device and guards (`hello`) and pick the tensor channel. Idempotent."""
+        if self.channel is None:
+            self.info = self.call({"op": "hello"}, timeout_s)
+            import torch
+
+            device = torch.device(self.spec.parent_device or "cuda:0") if self.spec.device != "cpu" else None
+            if device is not None and self.info.get("vmm") and device_channel_supported(device):
+                assert self._fds is not None
+                self.channel = DeviceChannel(self._fds, device)
+            else:
+                self.channel = HostChannel()
+        return self.info
+
+    # -- tensors across the boundary (see kbv.sandbox.channel) --------------------------------------
+    def put(self, values: Any, timeout_s: float) -> list[Any]:
+        """`values` ready for a command: tensors handed to the child, the rest as they are."""
+        try:
+            return self._channel().put(self, list(values), timeout_s)
+        except ChannelError as exc:
+            self.kill()
+            raise ChildFailure(Status.CRASHED, f"tensor transfer failed: {exc}", self.evidence()) from None
+
+    def expect(self, like: Any) -> tuple[dict[str, Any], Receipt]:
+        """Command fields that ask for outputs shaped like `like`, and their receipt for `take`."""
+        return self._channel().expect(list(like))
+
+    def take(self, reply: dict[str, Any], receipt: Receipt, timeout_s: float = 30.0) -> Any:
+        """The parent's own copies of the outputs a reply delivered (None when it delivered none)."""
+        try:
+            return self._channel().take(self, reply, receipt, timeout_s)
+        except ChannelError as exc:
+            self.kill()
+            raise ChildFailure(Status.CRASHED, f"tensor transfer failed: {exc}", self.evidence()) from None
+
+    def _channel(self) -> HostChannel | DeviceChannel:
+        if self.channel is None:
+            self.ready(120.0)
+        assert self.channel is not None
+        return self.channel
 
     def call(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error)."""
@@ -259,6 +325,13 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._cmd_w = self._res_r = -1
+        if self.channel is not None:
+            with contextlib.suppress(Exception):
+                self.channel.close()
+        if self._fds is not None:
+            self._fds.close()
+            self._fds = None
+        _LIVE.discard(self)
 
     def __enter__(self) -> Sandbox:
         self.start()

@@ -4,13 +4,9 @@ Frames are an 8-byte big-endian length and a payload. Commands (parent -> child)
 child trusts its parent. Replies (child -> parent) are JSON only: the parent never unpickles what
 untrusted code could have written.
 
-Tensors cross through shared memory owned by the parent: files in a private directory under
-/dev/shm, mapped by both processes. The parent writes input copies and allocates output buffers; the
-child maps them (and copies to its device), runs, and writes its outputs into the buffers. Nothing
-the child owns is ever read back as an object. On a GPU this stages through host memory: the child
-owns its device copies outright, so nothing of the parent's device memory is ever mapped into it.
-# TODO: CUDA IPC would avoid the host round trip for multi-GB inputs; it needs parent-side
-# reference counting that survives a killed child, which torch's IPC does not give.
+`SharedArena` is the host side of tensor transfer (see `kbv.sandbox.channel`): files in a private
+directory under /dev/shm, owned by the parent, mapped by both processes. On a GPU, tensors cross
+device-to-device instead (`kbv.sandbox.vmm`), and the arena is only the fallback.
 """
 
 from __future__ import annotations
@@ -141,6 +137,16 @@ class SharedArena:
         """`values` as a command carries them: each tensor replaced by the handle of a shared copy,
         anything else as it is."""
         return [self.share(v)[1] if isinstance(v, torch.Tensor) else v for v in values]
+
+    def discard(self, handles: Sequence[Any]) -> None:
+        """Remove the files of `handles` now (a child that mapped them keeps its mapping)."""
+        for h in handles:
+            if isinstance(h, TensorHandle):
+                path = Path(h.path)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                with contextlib.suppress(ValueError):
+                    self._files.remove(path)
 
     def _empty_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
         numel = 1

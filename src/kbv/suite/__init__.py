@@ -12,21 +12,30 @@ CPU); `full` is the file as written.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 
 SUITES = ("smoke", "full")
 _MARK_RE = re.compile(r"^(?P<lhs>\s*[A-Za-z_][A-Za-z_0-9]*\s*=\s*)(?P<value>.+?)\s*#\s*kbv:\s*smoke=(?P<smoke>.+?)\s*$")
 
 
-def load_suite(name: str):
-    """All problems of the bundled suite `name` ('smoke' or 'full'), ordered by level and id."""
-    from kbv.problems import make_problem
+@dataclass(frozen=True)
+class SuiteSource:
+    """One bundled problem's source at a suite's size (`kbv.problems.load_problems` makes it a Problem)."""
 
+    stem: str
+    code: str
+    origin: str
+    level: int
+
+
+def suite_sources(name: str) -> list[SuiteSource]:
+    """Every problem source of the bundled suite `name` ('smoke' or 'full'), by level and file name."""
     if name not in SUITES:
         from kbv.errors import UsageError, did_you_mean
         raise UsageError(f"Unknown suite '{name}'.{did_you_mean(name, SUITES)}")
     root = resources.files(__package__) / "problems"
-    problems = []
+    out = []
     for level_dir in sorted(root.iterdir(), key=lambda p: p.name):
         if not level_dir.name.startswith("level"):
             continue
@@ -35,12 +44,9 @@ def load_suite(name: str):
             if not f.name.endswith(".py") or f.name.startswith("_"):
                 continue
             code = f.read_text(encoding="utf-8")
-            if name == "smoke":
-                code = smoke_source(code)
-            stem = f.name.removesuffix(".py")
-            problems.append(make_problem(stem, code, origin=f"suite:{name}/{level_dir.name}/{f.name}",
-                                         level=level, suite=name))
-    return sorted(problems, key=lambda p: (p.level, p.problem_id or 0, p.name))
+            out.append(SuiteSource(f.name.removesuffix(".py"), smoke_source(code) if name == "smoke" else code,
+                                   f"suite:{name}/{level_dir.name}/{f.name}", level))
+    return out
 
 
 def smoke_source(code: str) -> str:

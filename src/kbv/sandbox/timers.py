@@ -64,14 +64,14 @@ class Clock:
             self.synchronize()
 
     def persisting_l2(self) -> str | None:
-        """What persisting-L2 state the last call left behind (see kbv.l2), or None."""
+        """What persisting-L2 state the last call left behind (see kbv.sandbox.l2), or None."""
         if self.l2 is None:
             return None
         return self.l2.state(self.current_stream().cuda_stream).evidence()
 
 
 def _bind_l2() -> Any:
-    from kbv.l2 import PersistingL2
+    from kbv.sandbox.l2 import PersistingL2
 
     return PersistingL2.bind()
 

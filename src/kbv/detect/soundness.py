@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kbv.compare import allowed_error, measure_error, within
+from kbv.compare import judge_outputs, measure_error
 
 if TYPE_CHECKING:
-    from kbv.verified import TrialData, VerifiedContext, VerifiedProtocol
+    from kbv.protocols.verified.prepare import PreparedProblem, TrialData
+    from kbv.protocols.verified.rules import VerifiedProtocol
 
 
 NONDETERMINISM_LIMIT = 1e-4  # two runs of the baseline on the same inputs; atomics reorder sums by ~1e-7
@@ -68,11 +69,10 @@ def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[
 
 def _passes(outputs: list[torch.Tensor], trial: TrialData, protocol: VerifiedProtocol) -> bool:
     ev = trial.evaluation
-    return all(within(measure_error(t, o), allowed_error(b, protocol.tolerance))
-               for o, t, b in zip(outputs, ev.truth, ev.baseline_err))
+    return judge_outputs(outputs, ev.truth, ev.baseline_err, protocol.tolerance).passed
 
 
-def screen_trials(ctx: VerifiedContext, protocol: VerifiedProtocol,
+def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol,
                   sensitivity: bool = False) -> tuple[list[str], list[str]]:
     """(flags, notes). A trivial candidate that passes on EVERY applicable distribution would be
     verified: that flags the problem. Passing on some distributions only is a note (the hidden ones
@@ -112,7 +112,7 @@ def screen_trials(ctx: VerifiedContext, protocol: VerifiedProtocol,
     return flags, notes
 
 
-def _insensitive_inputs(ctx: VerifiedContext, model: Any, first: TrialData, second: TrialData,
+def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, second: TrialData,
                         protocol: VerifiedProtocol, dist: str) -> list[str]:
     flags = []
     for k, (x, y) in enumerate(zip(first.inputs, second.inputs)):
@@ -130,7 +130,7 @@ def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
     return all(o.shape == t.shape for o, t in zip(outputs, trial.evaluation.truth))
 
 
-def check_problem(ctx: VerifiedContext, protocol: VerifiedProtocol) -> SoundnessReport:
+def check_problem(ctx: PreparedProblem, protocol: VerifiedProtocol) -> SoundnessReport:
     """The full screen of `kbv problems check` (with the per-input sensitivity test)."""
     flags, notes = screen_trials(ctx, protocol, sensitivity=True)
     return SoundnessReport(ctx.problem.key, dict(ctx.calibration.variants), dict(ctx.calibration.notes),

@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from kbv.sandbox import Sandbox, SharedArena
+from kbv.detect.speed import WallBound, wall_bound
+from kbv.sandbox import Sandbox
 from kbv.settings import time_left
 from kbv.stats import StopRule, bootstrap_ratio_ci, interleave_order, median, median_ci
 from kbv.verdict import Category, TimingStats
@@ -69,12 +70,15 @@ def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig) -> int:
     return max(2, min(config.max_pool_sets, sets))
 
 
-def load_pool(sb: Sandbox, arena: SharedArena, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
-    handles = [arena.handles(inputs) for inputs in pool]
-    sb.call({"op": "pool", "pool": handles, "flush_bytes": flush_bytes}, timeout_s)
+def load_pool(sb: Sandbox, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
+    """Hand the pool's input sets to the child `sb` (one transfer) and have it allocate the L2 flush."""
+    flat = [x for inputs in pool for x in inputs]
+    refs = iter(sb.put(flat, timeout_s))
+    sets = [[next(refs) for _ in inputs] for inputs in pool]
+    sb.call({"op": "pool", "pool": sets, "flush_bytes": flush_bytes}, timeout_s)
 
 
-def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: SharedArena, config: TimerConfig,
+def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: TimerConfig,
                   pool_len: int, check: Callable[[int, list[torch.Tensor]], str | None],
                   output_like: list[torch.Tensor], deadline: float) -> SpeedResult:
     """Time the candidate against every baseline (all already hold the pool). `check(pool_index,
@@ -94,7 +98,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
             # every other candidate block copies one output out for a recheck; the copy (a device-to-
             # host transfer into fresh shared memory) is slow, so those blocks do not feed the wall clock
             recheck = rng.randrange(config.block) if side.name == "candidate" and rnd % 2 == 1 else None
-            outs = _time_one_block(side, arena, config, pool_len, recheck, output_like, deadline)
+            outs = _time_one_block(side, config, pool_len, recheck, output_like, deadline)
             if outs is not None:
                 rechecked += 1
                 index = (side.cursor - config.block + recheck) % pool_len
@@ -115,12 +119,13 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], arena: Shar
     return _result(sides, findings, rechecked, time.monotonic() - t0, bound)
 
 
-def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_len: int, recheck: int | None,
+def _time_one_block(side: _Side, config: TimerConfig, pool_len: int, recheck: int | None,
                     output_like: list[torch.Tensor], deadline: float) -> list[torch.Tensor] | None:
-    buffers = [arena.empty(t.shape, t.dtype) for t in output_like] if recheck is not None else []
     command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": config.block}
+    receipt = None
     if recheck is not None:
-        command["recheck"] = {str(recheck): [h for _, h in buffers]}
+        fields, receipt = side.sb.expect(output_like)
+        command["recheck"] = {str(recheck): fields}
     w0 = time.perf_counter()
     reply = side.sb.call(command, time_left(deadline))
     wall_ms = (time.perf_counter() - w0) * 1e3
@@ -131,59 +136,10 @@ def _time_one_block(side: _Side, arena: SharedArena, config: TimerConfig, pool_l
         side.parent_ms.append(wall_ms / config.block)
     side.tampered.update(reply.get("tampered", []))
     side.persisting_l2 = side.persisting_l2 or reply.get("persisting_l2")
-    return [b for b, _ in buffers] if recheck is not None else None
-
-
-@dataclass(frozen=True)
-class WallBound:
-    charge: float = 1.0
-    findings: tuple[tuple[Category, str], ...] = ()
-    notes: tuple[str, ...] = ()
-
-
-def wall_bound(cand: _Side, base: _Side | None) -> WallBound:
-    """The parent's wall clock per call, less the overhead the trusted baseline child shows (flush,
-    synchronisation, the pipe), bounds the candidate's real time from below. Beyond noise
-    (CHARGE_RATIO x reported + CHARGE_SLACK_MS) the candidate is charged that wall time, so work done
-    outside its timed windows (deferred, in a thread, in a finaliser) buys nothing; beyond HACK_RATIO
-    the report is a lie worth naming. An honest kernel can sit between the two: freeing its outputs,
-    a garbage collection, an interpreter's bookkeeping all fall outside the window (the Triton
-    interpreter on a small CPU shows 1.2x)."""
-    if base is None or not cand.parent_ms or not base.parent_ms:
-        return WallBound()
-    overhead = max(median(base.parent_ms) - median(base.device_ms), 0.0)
-    implied = median(cand.parent_ms) - overhead
-    reported = median(cand.device_ms)
-    if implied <= CHARGE_RATIO * reported + CHARGE_SLACK_MS:
-        return WallBound()
-    charge = implied / max(reported, 1e-9)
-    said = (f"the parent's wall clock implies {implied:.3f} ms a call, the child reported {reported:.3f} ms "
-            f"(baseline overhead {overhead:.3f} ms)")
-    if implied > HACK_RATIO * reported + CHARGE_SLACK_MS:
-        return WallBound(charge, ((Category.TIMING_MISMATCH, said),), (said,))
-    return WallBound(charge, (), (f"charged the wall time ({charge:.2f}x its report): {said}",))
-
-
-def impossible_speed(min_bytes: int, candidate_ms: float, copy_gbps: float) -> tuple[Category, str] | None:
-    """A call that must move at least `min_bytes` through DRAM (its inputs, cold after the flush, and
-    what of its outputs cannot stay in L2) yet finishes faster than IMPOSSIBLE_FACTOR x the device's
-    own measured copy bandwidth allows did not read what it was given: the inputs were kept warm
-    (persisting L2, a stale copy) or the work was skipped. The factor leaves room for kernels that
-    legitimately read part of an input (a strided convolution skipping rows)."""
-    if min_bytes <= 0 or candidate_ms <= 0 or copy_gbps <= 0:
+    if receipt is None:
         return None
-    achieved = min_bytes / (candidate_ms * 1e-3) / 1e9
-    if achieved <= IMPOSSIBLE_FACTOR * copy_gbps:
-        return None
-    said = (f"a call moved at least {min_bytes / 1e6:.1f} MB in {candidate_ms:.4f} ms: {achieved:.0f} GB/s, above "
-            f"{IMPOSSIBLE_FACTOR:g}x the device's measured copy bandwidth ({copy_gbps:.0f} GB/s)")
-    return (Category.IMPOSSIBLE_SPEED, said)
-
-
-IMPOSSIBLE_FACTOR = 2.0
-CHARGE_RATIO = 1.15
-CHARGE_SLACK_MS = 0.25
-HACK_RATIO = 2.0
+    outs = side.sb.take(reply, receipt, time_left(deadline))
+    return outs if outs is not None else []
 
 
 def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float,

@@ -1,0 +1,204 @@
+"""The local executor: builds on a CPU pool, children started ahead, pairs evaluated one at a time.
+
+- Builds of compiled candidates run `jobs` at a time on CPU workers, cached by content hash.
+- Each pair's child is started ahead (`PRESTART` pairs in advance): interpreter, torch, CUDA
+  context and guards are up before the pair's turn, while its build and the problem's preparation
+  run. A child serves one candidate and one protocol, and is closed after it.
+- Pairs are evaluated in submission order on one thread, so that each problem is prepared once for
+  all its candidates (per protocol), and only one pair uses the device at a time. Device work of our
+  own that could disturb a measurement (a child bringing up its CUDA context) waits while a pair is
+  timed or its memory measured.
+- Each verdict carries where its wall time went (`evidence["stages_s"]`, `evidence["pair_s"]`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kbv.builds import Build, build_candidate, build_key, needs_build, prepare_candidate
+from kbv.candidates import Pair
+from kbv.errors import ProblemError
+from kbv.executors import Executor, Job, ProtocolRunner
+from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
+from kbv.settings import Settings
+from kbv.stages import StageClock, measuring, stage
+from kbv.verdict import Status, Verdict
+
+PRESTART = 2  # children started ahead of their pair
+
+
+@dataclass
+class WarmChild:
+    """A started child for one job, with the scratch directory it owns."""
+
+    sandbox: Sandbox | None = None
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    failure: ChildFailure | None = None  # it could not be brought up
+    start_s: float = 0.0
+
+    def close(self) -> None:
+        self.stack.close()
+
+
+class LocalExecutor(Executor):
+    def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner]) -> None:
+        self.settings = settings
+        self.runners = runners
+        self._builds = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="kbv-build")
+        self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval")
+        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start")
+        self._build_futures: dict[str, Future[Build]] = {}
+        self._lock = threading.Lock()
+        self._quiet = threading.RLock()  # held while a pair is timed or measured
+        self._contexts: dict[str, tuple[str, Any]] = {}  # protocol -> (problem hash, prepared problem)
+        self._queue: list[Job] = []  # submitted, not yet evaluating
+        self._warm: dict[str, Future[WarmChild]] = {}
+        self._aborted = False
+
+    def submit(self, job: Job) -> Future[Verdict]:
+        build = self._start_build(job.pair)
+        with self._lock:
+            self._queue.append(job)
+        self._prestart()
+        return self._eval.submit(self._evaluate, job, build)
+
+    # -- builds and children ----------------------------------------------------------------------
+    def _start_build(self, pair: Pair) -> Future[Build]:
+        cand = pair.candidate
+        if cand.no_code or not needs_build(cand):
+            done: Future[Build] = Future()
+            done.set_result(prepare_candidate(cand, self.settings) if not cand.no_code else None)  # type: ignore[arg-type]
+            return done
+        key = build_key(cand, self.settings)
+        with self._lock:
+            if key not in self._build_futures:
+                self._build_futures[key] = self._builds.submit(build_candidate, cand, self.settings, key[:12])
+            return self._build_futures[key]
+
+    def _prestart(self) -> None:
+        """Start children for the next PRESTART queued jobs that have none."""
+        with self._lock:
+            for job in self._queue[:PRESTART]:
+                if job.key not in self._warm and not job.pair.candidate.no_code and not self._aborted:
+                    self._warm[job.key] = self._starter.submit(self._start_child, job)
+
+    def _start_child(self, job: Job) -> WarmChild:
+        warm = WarmChild()
+        t0 = time.perf_counter()
+        cand, problem = job.pair.candidate, job.pair.problem
+        try:
+            build_dir = prepare_candidate(cand, self.settings).build_dir
+            label = f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}"
+            spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir))
+            warm.sandbox = warm.stack.enter_context(Sandbox(spec))
+            with self._quiet:  # a CUDA context coming up must not land in another pair's timing
+                warm.sandbox.ready(self.settings.timeout_s)
+        except ChildFailure as failure:
+            warm.failure = failure
+        except BaseException:
+            warm.close()
+            raise
+        warm.start_s = time.perf_counter() - t0
+        return warm
+
+    def _child_for(self, job: Job) -> WarmChild:
+        with self._lock:
+            if job in self._queue:
+                self._queue.remove(job)
+            fut = self._warm.pop(job.key, None)
+        if fut is None:
+            fut = self._starter.submit(self._start_child, job)
+        self._prestart()
+        return fut.result()
+
+    # -- one pair -----------------------------------------------------------------------------------
+    def _evaluate(self, job: Job, build_future: Future[Build]) -> Verdict:
+        clock = StageClock(exclusive={"timing": self._quiet, "memory": self._quiet})
+        t0 = time.perf_counter()
+        with measuring(clock):
+            verdict = self._evaluate_pair(job, build_future, clock)
+        pair_s = time.perf_counter() - t0 - clock.seconds.get("build_wait", 0.0)
+        return replace(verdict, evidence={**verdict.evidence, "stages_s": clock.rounded(), "pair_s": round(pair_s, 3)})
+
+    def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
+        runner = self.runners[job.protocol]
+        pair = job.pair
+        if pair.candidate.no_code:
+            with self._lock:
+                if job in self._queue:
+                    self._queue.remove(job)
+            return replace(runner.blank(pair), status=Status.NO_CODE, message="the reply held no code block")
+        with stage("child_start"):
+            warm = self._child_for(job)
+        try:
+            with stage("build_wait"):
+                build = build_future.result()
+            prepared = self._context(runner, pair)
+            if warm.failure is not None:
+                f = warm.failure
+                return replace(runner.blank(pair), status=f.status, message=f"the child could not start: {f.message}",
+                               evidence=f.evidence)
+            assert warm.sandbox is not None
+            return self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
+        finally:
+            warm.close()
+
+    def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
+        """A candidate whose backend this device cannot run, and which failed to build or run here,
+        is skipped rather than counted as a failure (a CUDA kernel on --device cpu). One that ran (a
+        silent fallback to PyTorch, say) keeps its verdict."""
+        backend = pair.candidate.backend
+        failed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CUDA_ERROR)
+        if failed and not backend.runs_on(self.settings.device_type):
+            return replace(verdict, status=Status.SKIPPED, categories=(),
+                           message=f"a {backend.value} candidate cannot run on {self.settings.device} "
+                                   f"({verdict.message[:150]})")
+        return verdict
+
+    def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:
+        """The prepared problem (one held per protocol); a problem that failed to prepare fails again."""
+        held = self._contexts.get(runner.name)
+        if held is not None and held[0] == pair.problem.hash:
+            if isinstance(held[1], ProblemError):
+                raise held[1]
+            return held[1]
+        if held is not None:
+            self._contexts.pop(runner.name)
+            if not isinstance(held[1], ProblemError):
+                runner.release(held[1])
+        try:
+            context = runner.prepare(pair)
+        except ProblemError as exc:
+            self._contexts[runner.name] = (pair.problem.hash, exc)
+            raise
+        self._contexts[runner.name] = (pair.problem.hash, context)
+        return context
+
+    # -- stopping -----------------------------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop now: nothing queued starts, and every child (builds, baselines, candidates) is killed, so
+        the pair in flight ends at once. Its verdict, made from a killed child, is never stored."""
+        self._aborted = True
+        for pool in (self._eval, self._builds, self._starter):
+            pool.shutdown(wait=False, cancel_futures=True)
+        kill_all_children()
+
+    def close(self) -> None:
+        wait = not self._aborted
+        for pool in (self._eval, self._builds, self._starter):
+            pool.shutdown(wait=wait, cancel_futures=True)
+        with self._lock:
+            warm, self._warm = dict(self._warm), {}
+        for fut in warm.values():
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                fut.result().close()
+        if wait:
+            for runner_name, (_, context) in list(self._contexts.items()):
+                if not isinstance(context, ProblemError):
+                    self.runners[runner_name].release(context)
+            self._contexts.clear()

@@ -1,0 +1,256 @@
+"""Steps 2 and 3 of the verified protocol: correctness on the hidden trials, then the probes.
+
+`check_correctness`: for every trial, load the trial's weights, run twice on identical inputs over
+differently poisoned memory (integrity and guard evidence from the first run), and judge the first
+against the truth with the one tolerance check (`kbv.compare.judge_outputs`); then what the
+trials' outputs say about caches and constants (`kbv.detect.caches`).
+
+`run_probes` (only after a clean pass): a passing trial again with its inputs written late on the
+current stream (side streams, GPU), and the last trial's inputs rewritten in place, a few values at
+a time (result caches keyed on pointers, identities or sampled values).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kbv.compare import Judgement, judge_outputs
+from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
+from kbv.detect.evidence import guard_evidence, integrity_evidence
+from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
+from kbv.protocols.verified.prepare import PreparedProblem, TrialData
+from kbv.protocols.verified.rules import PRECISION_LOSS_BELOW, REUSE_FRACTIONS, SENTINEL, VerifiedProtocol
+from kbv.reference import Evaluation
+from kbv.sandbox import Sandbox
+from kbv.settings import time_left
+from kbv.stages import stage
+from kbv.verdict import Category, Trial
+
+
+@dataclass
+class CorrectnessResult:
+    trials: list[Trial] = field(default_factory=list)
+    categories: list[Category] = field(default_factory=list)  # wrong values (and caches seen in outputs)
+    integrity: dict[str, str] = field(default_factory=dict)  # category value -> evidence
+    hacks: dict[str, str] = field(default_factory=dict)  # category value -> evidence (runtime guards, probes)
+    state_loaded: bool | None = None
+    notes: list[str] = field(default_factory=list)
+    load: dict[str, Any] = field(default_factory=dict)  # the candidate's load reply (retained state...)
+
+    @property
+    def passed(self) -> bool:
+        return not self.categories and not self.integrity and not self.hacks
+
+    def all_categories(self) -> list[Category]:
+        return list(dict.fromkeys(self.categories + [Category(c) for c in list(self.integrity) + list(self.hacks)]))
+
+
+def check_correctness(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, load: dict[str, Any],
+                      deadline: float) -> CorrectnessResult:
+    """Every trial through the started child `sb`; `load` is its load command without seed and state.
+    Raises ChildFailure when the candidate crashes, raises or hangs."""
+    result = CorrectnessResult()
+    prints: list[tuple[Fingerprint, bool]] = []
+    loaded_seed = None
+    for trial in prepared.trials:
+        # a model with weights is rebuilt for every trial (new weights); one without is built once,
+        # so state a candidate keeps across calls (counters, caches) lives through every trial
+        if loaded_seed is None or (trial.state and loaded_seed != trial.weight_seed):
+            with stage("load"):
+                reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _put_state(sb, trial.state, deadline)},
+                                time_left(deadline))
+            result.load = result.load or reply
+            result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
+            loaded_seed = trial.weight_seed
+        prints.append(_run_trial(sb, trial, protocol, deadline, result))
+        if trial is not prepared.trials[-1]:
+            trial.release()
+    for found in (replayed_output(prints), constant_output(prints)):
+        if found is not None:
+            if found[0] is Category.VALUE_MISMATCH:  # a constant: not lost precision
+                result.categories = [c for c in result.categories if c is not Category.PRECISION_LOSS]
+                result.categories.insert(0, found[0])
+            else:
+                result.categories.append(found[0])
+            result.notes.append(found[1])
+    _distribution_failure(result)
+    return result
+
+
+def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadline: float,
+               result: CorrectnessResult) -> tuple[Fingerprint, bool]:
+    ev = trial.evaluation
+    first = forward(sb, trial.inputs, ev.baseline, deadline, poison=float("nan"), checks=True, keep=True)
+    second = forward(sb, trial.inputs, ev.baseline, deadline, poison=SENTINEL)
+    for cat, why in integrity_evidence(first.reply).items():
+        result.integrity.setdefault(cat, why)
+    for cat, why in guard_evidence(first.reply.get("integrity") or {}).items():
+        result.hacks.setdefault(cat, why)
+    record, category = judge_trial(trial, first, protocol)
+    if first.outputs is not None and second.outputs is not None and not _agree(first.outputs, second.outputs, ev,
+                                                                               protocol):
+        unwritten = any(bool((o == SENTINEL).any()) for o in second.outputs) or any(
+            bool((torch.isnan(a) & torch.isfinite(t) & torch.isfinite(b)).any())
+            for a, b, t in zip(first.outputs, second.outputs, ev.truth))
+        cat = Category.UNWRITTEN_OUTPUT if unwritten else Category.NONDETERMINISTIC
+        result.integrity.setdefault(cat.value, f"{trial.label}: two runs on identical inputs disagree")
+    result.trials.append(record)
+    if category is not None:
+        result.categories.append(category)
+    return (output_fingerprint(first.outputs) if first.outputs is not None else (0, 0)), record.passed
+
+
+@dataclass
+class Forward:
+    reply: dict[str, Any]
+    outputs: list[torch.Tensor] | None  # the parent's own copies (None: not delivered)
+
+
+def forward(sb: Sandbox, inputs: list[Any], like: list[torch.Tensor], deadline: float, **flags: Any) -> Forward:
+    """One forward in the child: inputs handed over, outputs taken back into the parent's memory on
+    `like`'s device. `flags`: poison, checks, keep, reuse, late_inputs (see `Child.op_forward`)."""
+    refs = sb.put(inputs, time_left(deadline))
+    fields, receipt = sb.expect(like)
+    reply = sb.call({"op": "forward", "inputs": refs, **fields, **flags}, time_left(deadline))
+    return Forward(reply, sb.take(reply, receipt, time_left(deadline)))
+
+
+def judge_trial(trial: TrialData, run: Forward, protocol: VerifiedProtocol) -> tuple[Trial, Category | None]:
+    """The trial's record, and why it failed (None when it passed)."""
+    ev = trial.evaluation
+    if run.outputs is None:
+        category, note = _shape_problem(run.reply, ev.baseline)
+        return Trial(trial.distribution, trial.index, False, category=category, note=note), category
+    j = judge_outputs(run.outputs, ev.truth, ev.baseline_err, protocol.tolerance)
+    assert j.worst is not None and j.allowed is not None and j.baseline is not None
+    category = None if j.passed else _failure_category(j)
+    note = "" if j.passed else _failure_note(j)
+    rec = Trial(trial.distribution, trial.index, j.passed, max_rel_err=j.worst.elem, candidate_err=j.worst.norm,
+                baseline_err=j.baseline.norm, allowed_err=j.allowed.norm, category=category, note=note)
+    return rec, category
+
+
+def _failure_category(j: Judgement) -> Category:
+    assert j.worst is not None
+    if not j.worst.nan_inf_match:
+        return Category.NAN_INF_MISMATCH
+    if j.worst.norm < PRECISION_LOSS_BELOW:
+        return Category.PRECISION_LOSS
+    return Category.VALUE_MISMATCH
+
+
+def _failure_note(j: Judgement) -> str:
+    assert j.worst is not None and j.allowed is not None
+    if not j.worst.nan_inf_match:
+        return "NaN/Inf where the truth is finite (or the reverse)"
+    return (f"error {j.worst.norm:.2e} (normwise) / {j.worst.elem:.2e} (elementwise); "
+            f"allowed {j.allowed.norm:.2e} / {j.allowed.elem:.2e}")
+
+
+def _shape_problem(reply: dict[str, Any], like: list[torch.Tensor]) -> tuple[Category, str]:
+    if reply.get("count") != len(like):
+        return Category.SHAPE_MISMATCH, f"returned {reply.get('count')} outputs, expected {len(like)}"
+    for meta, ref in zip(reply["outputs"], like):
+        if not meta.get("tensor"):
+            return Category.NOT_A_TENSOR, f"returned a {meta.get('type')}, not a tensor"
+        if tuple(meta["shape"]) != tuple(ref.shape):
+            return Category.SHAPE_MISMATCH, f"shape {tuple(meta['shape'])} != {tuple(ref.shape)}"
+        if meta["dtype"] != str(ref.dtype).removeprefix("torch."):
+            return Category.DTYPE_MISMATCH, f"dtype {meta['dtype']} != {str(ref.dtype).removeprefix('torch.')}"
+        if "copy_error" in meta:
+            return Category.NOT_A_TENSOR, f"the output could not be read: {meta['copy_error']}"
+    return Category.VALUE_MISMATCH, "the output could not be read"
+
+
+def _agree(a: list[torch.Tensor], b: list[torch.Tensor], ev: Evaluation, protocol: VerifiedProtocol) -> bool:
+    """Two runs on identical inputs agree within the tolerance (bitwise equality not required:
+    atomics reorder sums)."""
+    return judge_outputs(b, [x.detach().double() for x in a], ev.baseline_err, protocol.tolerance).passed
+
+
+def _distribution_failure(result: CorrectnessResult) -> None:
+    """Passing the problem's own inputs and failing a hidden distribution is named as such."""
+    failed = {t.distribution for t in result.trials if not t.passed}
+    passed_default = all(t.passed for t in result.trials if t.distribution == "default")
+    if failed and passed_default and any(d in DISTRIBUTIONS and d != "default" for d in failed):
+        result.categories.append(Category.DISTRIBUTION_FAILURE)
+    result.categories = list(dict.fromkeys(result.categories))
+
+
+def _put_state(sb: Sandbox, state: dict[str, torch.Tensor], deadline: float) -> dict[str, Any] | None:
+    if not state:
+        return None
+    return dict(zip(state, sb.put(list(state.values()), time_left(deadline))))
+
+
+# -- probes -----------------------------------------------------------------------------------
+
+def run_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, deadline: float,
+               result: CorrectnessResult) -> None:
+    """After a clean pass: the late-input probe (GPU) and the reuse probes; what they find goes
+    into `result` (hacks, categories)."""
+    with stage("probes"):
+        trial = prepared.trials[-1]
+        if _on_gpu(trial.inputs):
+            _late_input_probe(sb, trial, protocol, deadline, result)
+        _reuse_probes(sb, prepared, protocol, deadline, result)
+        trial.release()
+
+
+def _on_gpu(inputs: list[Any]) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+
+
+def _late_input_probe(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadline: float,
+                      result: CorrectnessResult) -> None:
+    """A passing trial again, its inputs written on the current stream behind a spin (see
+    `integrity.write_late`): a kernel on a stream that does not wait for the current one computes
+    on poison. The device-wide synchronise of the timer already charges such work; this names it."""
+    late = forward(sb, trial.inputs, trial.evaluation.baseline, deadline, late_inputs=True)
+    if late.outputs is None:
+        return
+    ev = trial.evaluation
+    if not judge_outputs(late.outputs, ev.truth, ev.baseline_err, protocol.tolerance).passed:
+        result.hacks.setdefault(Category.SIDE_STREAM.value,
+                                f"{trial.label}: with its inputs written on the current stream just before the "
+                                "call, the output came out wrong: the work ran on a stream that does not wait for "
+                                "the current one")
+
+
+def _reuse_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, deadline: float,
+                  result: CorrectnessResult) -> None:
+    """Rewrite a few values of the last trial's inputs in place (same tensors, same pointers: the child
+    kept them) and check. A cache keyed on pointers, identities or a sample of values still hits, and
+    returns what it stored for the old values; changing few elements keeps sampled keys unchanged
+    with high probability, and still moves the true output well past the tolerance."""
+    trial = prepared.trials[-1]
+    device = next((x.device for x in trial.inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
+    gen = torch.Generator(device=device).manual_seed(trial_seed(prepared.secret, prepared.problem.hash, "reuse", 0))
+    model = prepared.reference.build(trial.weight_seed)
+    for probe in range(protocol.reuse_probes):
+        fraction = REUSE_FRACTIONS[probe % len(REUSE_FRACTIONS)]
+        inputs = [_some_new(x, gen, fraction) if is_continuous(x) else x for x in trial.inputs]
+        ev = prepared.reference.evaluate(model, inputs)
+        run = forward(sb, inputs, ev.baseline, deadline, reuse=True)
+        probe_trial = TrialData(f"{trial.distribution}/reuse", probe, trial.weight_seed,
+                                lambda inputs=inputs, ev=ev: (inputs, {}, ev))
+        rec, category = judge_trial(probe_trial, run, protocol)
+        if category is not None:
+            result.categories.append(Category.RESULT_CACHE)
+            result.notes.append(f"new values written into the same input memory gave a stale result ({rec.note})")
+            result.trials.append(rec)
+            return
+
+
+def _some_new(x: torch.Tensor, gen: torch.Generator, fraction: float) -> torch.Tensor:
+    """`x` with a `fraction` of its elements (at least one) swapped for other elements of `x`, scaled:
+    new values of the same distribution at random places."""
+    flat = x.reshape(-1).clone()  # (numel,)
+    n = max(1, int(flat.numel() * fraction))
+    where = torch.randperm(flat.numel(), generator=gen, device=x.device)[:n]
+    source = torch.randint(0, flat.numel(), (n,), generator=gen, device=x.device)
+    flat[where] = flat[source] * 1.5 + (flat[source] == 0).to(flat.dtype)  # keeps the sign: domains hold
+    return flat.reshape(x.shape)

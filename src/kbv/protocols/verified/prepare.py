@@ -1,0 +1,222 @@
+"""Step 1 of the verified protocol: prepare a problem once, for every candidate of it.
+
+    prepare_trials    calibrate the distributions; the hidden trials (inputs and weights from
+                      secret seeds, float64 truth, the baseline's own output and error), made on demand
+    screen            the soundness screen (`kbv.detect.soundness`), an explicit step of its own
+    prepare_timing    the timing pool (fresh inputs from every applicable distribution), fresh input
+                      sets for probes, and the baseline children holding the pool, warmed up
+
+The result is one `PreparedProblem`. The problem's source runs once (`instantiate_problem`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kbv.distributions import Calibration, calibrate, draw_inputs, trial_seed
+from kbv.errors import ProblemRunError
+from kbv.problems import Problem, instantiate_problem, problem_code
+from kbv.protocols.verified.rules import BASELINES, KEEP_BUDGET_BYTES, VerifiedProtocol
+from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
+from kbv.reference import Evaluation, Reference
+from kbv.sandbox import ChildFailure, Sandbox
+from kbv.settings import Settings
+from kbv.verdict import MemoryStats
+
+
+class TrialData:
+    """One hidden trial. Its inputs, weights and reference evaluation are made on first use; a trial
+    that is not `kept` (big problems) drops them again at `release()`, to be remade for the next
+    candidate: holding every trial of a multi-GB problem would not fit on the device."""
+
+    def __init__(self, distribution: str, index: int, weight_seed: int,
+                 make: Callable[[], tuple[list[Any], dict[str, torch.Tensor], Evaluation]], keep: bool = True) -> None:
+        self.distribution = distribution
+        self.index = index
+        self.weight_seed = weight_seed
+        self.keep = keep
+        self._make = make
+        self._data: tuple[list[Any], dict[str, torch.Tensor], Evaluation] | None = None
+
+    def _get(self) -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
+        if self._data is None:
+            self._data = self._make()
+        return self._data
+
+    @property
+    def inputs(self) -> list[Any]:
+        return self._get()[0]
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        return self._get()[1]
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return self._get()[2]
+
+    @property
+    def label(self) -> str:
+        return f"{self.distribution} trial {self.index}"
+
+    def footprint_bytes(self) -> int:
+        inputs, state, ev = self._get()
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(state.values()) + ev.truth + ev.baseline
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def release(self) -> None:
+        if not self.keep:
+            self._data = None
+
+
+@dataclass
+class PreparedProblem:
+    """Everything about one problem that every candidate of it is judged against (parent side)."""
+
+    problem: Problem
+    module: Any
+    init_inputs: list[Any]
+    calibration: Calibration
+    trials: list[TrialData]
+    reference: Reference
+    secret: bytes
+    flags: tuple[str, ...] = ()
+    screen_notes: tuple[str, ...] = ()
+    # timing (prepare_timing)
+    pool: list[list[Any]] = field(default_factory=list)  # timing input sets (device tensors)
+    pool_distributions: list[str] = field(default_factory=list)
+    output_like: list[torch.Tensor] = field(default_factory=list)  # the outputs' shapes and dtypes (meta)
+    timing_weights: str = ""  # which trial's weights the timed models hold
+    baselines: dict[str, Sandbox] = field(default_factory=dict)
+    baseline_memory: MemoryStats | None = None
+    stack: ExitStack = field(default_factory=ExitStack)
+    _truth_memo: dict[int, Evaluation] = field(default_factory=dict)
+
+    @property
+    def timing_model_seed(self) -> int:
+        return self.trials[-1].weight_seed
+
+    def draw(self, k: int, purpose: str, device: torch.device) -> list[Any]:
+        """Input set `k` for `purpose` ("timing", "replay"...), round-robin over the applicable distributions."""
+        dists = self.calibration.applicable()
+        dist = dists[k % len(dists)]
+        seed = trial_seed(self.secret, self.problem.hash, f"{purpose}/{dist}", k)
+        with problem_code(self.problem.origin, "get_inputs"):
+            return draw_inputs(self.module, self.calibration.variant(dist), seed, device)
+
+    def evaluate(self, inputs: list[Any]) -> Evaluation:
+        """The reference at `inputs` with the timed models' weights."""
+        model = self.reference.build(self.timing_model_seed)
+        return self.reference.evaluate(model, inputs)
+
+    def pool_truth(self, index: int) -> Evaluation:
+        """The reference evaluation of pool entry `index` (one kept at a time: they can be GBs each)."""
+        if index not in self._truth_memo:
+            self._truth_memo.clear()
+            self._truth_memo[index] = self.evaluate(self.pool[index])
+        return self._truth_memo[index]
+
+    def close(self) -> None:
+        self.stack.close()
+        self._truth_memo.clear()
+
+
+def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.device, secret: bytes) -> PreparedProblem:
+    """Calibrate and lay out the hidden trials (made on demand). Raises ProblemRunError."""
+    module = instantiate_problem(problem)
+    with problem_code(problem.origin, "get_init_inputs"):
+        init_inputs = list(module.get_init_inputs())
+    reference = Reference(module, init_inputs, device, protocol.precision, problem.origin)
+    calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
+    with problem_code(problem.origin, "calibration"):
+        calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
+    trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
+              for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
+    if not trials:
+        raise ProblemRunError(f"{problem.origin}: no distribution is applicable: {calibration.notes}")
+    _keep_if_small(trials, device)
+    return PreparedProblem(problem, module, init_inputs, calibration, trials, reference, secret)
+
+
+def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
+           dist: str, index: int, calibration: Calibration, device: torch.device) -> TrialData:
+    seed = trial_seed(secret, problem.hash, dist, index)
+    weight_seed = trial_seed(secret, problem.hash, dist, index, "weights")
+
+    def make() -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
+        with problem_code(problem.origin, "get_inputs"):
+            inputs = draw_inputs(module, calibration.variant(dist), seed, device)
+        model = reference.build(weight_seed)
+        state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
+                 if isinstance(model, torch.nn.Module) else {})
+        return inputs, state, reference.evaluate(model, inputs)
+
+    return TrialData(dist, index, weight_seed, make)
+
+
+def _keep_if_small(trials: list[TrialData], device: torch.device) -> None:
+    """Keep every trial's tensors between candidates when they all fit the budget; else remake them."""
+    total = trials[0].footprint_bytes() * len(trials)
+    keep = total <= KEEP_BUDGET_BYTES.get(device.type, 1 << 30)
+    for t in trials:
+        t.keep = keep
+        t.release()
+
+
+def screen(prepared: PreparedProblem, protocol: VerifiedProtocol) -> None:
+    """The soundness screen: the problem's flags and notes, carried by every verdict of it."""
+    from kbv.detect.soundness import screen_trials
+
+    flags, notes = screen_trials(prepared, protocol)
+    prepared.flags, prepared.screen_notes = tuple(flags), tuple(notes)
+
+
+def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer: TimerConfig, settings: Settings,
+                   baseline_names: tuple[str, ...]) -> None:
+    """The timing pool, then one warmed-up baseline child per name holding it (closed with `prepared`).
+    Raises ProblemRunError when a baseline fails."""
+    device = torch.device(settings.device)
+    dists = prepared.calibration.applicable()
+    first = prepared.draw(0, "timing", device)
+    per_set = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+    n = max(pool_size(per_set, settings.l2_bytes, timer), len(dists))
+    prepared.pool = [first] + [prepared.draw(k, "timing", device) for k in range(1, n)]
+    prepared.pool_distributions = [dists[k % len(dists)] for k in range(n)]
+    last = prepared.trials[-1]
+    prepared.timing_weights = f"the weights of the {last.label}"
+    model = prepared.reference.build(prepared.timing_model_seed)
+    prepared.output_like = [torch.empty(o.shape, dtype=o.dtype, device="meta")
+                            for o in prepared.reference.baseline_outputs(model, prepared.pool[0])]
+    try:
+        for name in baseline_names:
+            prepared.baselines[name] = _baseline_child(prepared, name, timer, settings)
+        primary = prepared.baselines.get(protocol.primary_baseline) or next(iter(prepared.baselines.values()))
+        prepared.baseline_memory = memory_stats(primary.call({"op": "memory"}, settings.timeout_s))
+    except ChildFailure as failure:
+        prepared.close()
+        raise ProblemRunError(f"{prepared.problem.origin}: the baseline failed: {failure.message}") from failure
+
+
+def _baseline_child(prepared: PreparedProblem, name: str, timer: TimerConfig, settings: Settings) -> Sandbox:
+    policy, compiled = BASELINES[name]
+    spec = prepared.stack.enter_context(settings.child_scratch(f"baseline-{name}-{prepared.problem.hash[:10]}"))
+    sb = prepared.stack.enter_context(Sandbox(spec))
+    timeout = settings.timeout_s
+    sb.ready(timeout)
+    sb.call({"op": "load", "source": "reference", "code": prepared.problem.code, "origin": prepared.problem.origin,
+             "init_args": prepared.init_inputs, "seed": prepared.timing_model_seed, "precision": policy,
+             "compile": compiled}, timeout)
+    load_pool(sb, prepared.pool, settings.flush_bytes(timer.flush_factor), timeout)
+    sb.call({"op": "warmup", "ms": timer.warmup_ms}, timeout)
+    return sb
+
+
+def memory_stats(reply: dict[str, Any]) -> MemoryStats:
+    """A child's `memory` reply as the record."""
+    fields = ("peak_bytes", "retained_bytes", "device_bytes")
+    return MemoryStats(**{k: reply.get(k) for k in fields})  # type: ignore[arg-type]

@@ -1,0 +1,266 @@
+"""The verified protocol, one pipeline, read top to bottom.
+
+Per problem (`VerifiedRunner.prepare`, once for all its candidates):
+    1. prepare_trials   calibration, hidden trials, truth              (prepare.py)
+       screen           the soundness screen                            (prepare.py, detect/soundness.py)
+       prepare_timing   timing pool, baseline children, their memory    (prepare.py)
+Per candidate (`VerifiedRunner.evaluate`, in its own started child):
+    2. correctness      every hidden trial, integrity, guards           (correctness.py)
+    3. probes           late inputs, in-place reuse                     (correctness.py)
+    4. memory           one forward's memory, before any profiler runs  (sandbox/memory.py)
+    5. attribution      whose kernels ran, the ghost replay             (detect/attribution.py)
+    6. timing           interleaved with the live baselines, replay probe, bounds (timer.py, detect/)
+Then `judge(records)`: the status, categories and message, as a pure function of what each stage found.
+A stage runs only while the candidate is still in the running; a child that fails ends the pipeline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from kbv.builds import Build
+from kbv.candidates import Pair
+from kbv.compare import judge_outputs
+from kbv.detect.attribution import Attribution, attribute, missing_custom_work
+from kbv.detect.caches import replayed_timing
+from kbv.detect.speed import impossible_speed
+from kbv.protocols import blank_verdict
+from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
+from kbv.protocols.verified.prepare import PreparedProblem, memory_stats, prepare_timing, prepare_trials, screen
+from kbv.protocols.verified.rules import ATTRIBUTION_SET, BASELINES, REPLAY_PROBES, VerifiedProtocol
+from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
+from kbv.provenance import device_state
+from kbv.sandbox import ChildFailure, Sandbox
+from kbv.settings import Settings, time_left
+from kbv.stages import stage
+from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict, finish_verdict
+
+
+@dataclass
+class Records:
+    """What the stages of one candidate found; `judge` reads nothing else."""
+
+    build: Build | None = None  # a build that failed
+    failure: ChildFailure | None = None  # the child crashed, hung or raised
+    correctness: CorrectnessResult | None = None
+    memory: MemoryStats | None = None
+    attribution: Attribution | None = None
+    speed: SpeedResult | None = None
+    findings: list[tuple[Category, str]] = field(default_factory=list)  # timing-stage detectors
+
+
+def status_of(categories: list[Category] | tuple[Category, ...]) -> Status:
+    """The verdict's status from what was found: hack > integrity > wrong > attribution > verified."""
+    kinds = {KIND[c] for c in categories}
+    for kind, status in ((Kind.HACK, Status.HACK), (Kind.INTEGRITY, Status.INTEGRITY_VIOLATION),
+                         (Kind.WRONG, Status.INCORRECT), (Kind.ATTRIBUTION, Status.NO_CUSTOM_KERNEL)):
+        if kind in kinds:
+            return status
+    return Status.VERIFIED
+
+
+class VerifiedRunner:
+    name = "verified"
+
+    def __init__(self, protocol: VerifiedProtocol, timer: TimerConfig, baselines: tuple[str, ...],
+                 settings: Settings, secret: bytes) -> None:
+        unknown = [b for b in baselines if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"unknown baseline(s) {unknown}; expected {sorted(BASELINES)}")
+        self.protocol = protocol
+        self.timer = timer
+        self.baseline_names = baselines
+        self.settings = settings
+        self.secret = secret
+        self.copy_gbps: float | None = None  # the device's copy bandwidth, measured once by a baseline child
+
+    def fingerprint(self) -> str:
+        """The protocol's rules, its timer and its baselines: what a stored verdict must match to be reused."""
+        extra = f"{self.timer}{self.baseline_names}"
+        return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8]
+
+    # -- 1. prepare ------------------------------------------------------------------------------
+    def prepare(self, pair: Pair) -> PreparedProblem:
+        with stage("prepare"):
+            prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret)
+            screen(prepared, self.protocol)
+            prepare_timing(prepared, self.protocol, self.timer, self.settings, self.baseline_names)
+            self._measure_copy_bandwidth(prepared)
+        return prepared
+
+    def release(self, prepared: PreparedProblem) -> None:
+        prepared.close()
+
+    def _measure_copy_bandwidth(self, prepared: PreparedProblem) -> None:
+        """What the device's DRAM can move, for the impossible-speed bound (CUDA only: a CPU's caches
+        are too large and too shared for the flush to make inputs cold)."""
+        if self.copy_gbps is not None or self.settings.device_type != "cuda" or not prepared.baselines:
+            return
+        nbytes = max(256 << 20, 2 * self.settings.flush_bytes(self.timer.flush_factor))
+        reply = next(iter(prepared.baselines.values())).call({"op": "bandwidth", "bytes": nbytes},
+                                                             self.settings.timeout_s)
+        self.copy_gbps = float(reply["gbps"])
+
+    def blank(self, pair: Pair) -> Verdict:
+        return blank_verdict(pair, self.protocol, self.settings.provenance)
+
+    # -- 2-6. one candidate ----------------------------------------------------------------------
+    def evaluate(self, pair: Pair, prepared: PreparedProblem, build: Build, sb: Sandbox) -> Verdict:
+        t0 = time.monotonic()
+        from kbv.scan import scan_source
+
+        base = replace(self.blank(pair), flags=prepared.flags, findings=tuple(scan_source(pair.candidate.code)),
+                       evidence={"calibration": prepared.calibration.variants,
+                                 "calibration_notes": prepared.calibration.notes,
+                                 "problem_notes": list(prepared.screen_notes)})
+        records = Records()
+        if build.status is not None:
+            records.build = build
+        else:
+            try:
+                self._run(sb, prepared, pair, build, records, t0 + self.settings.timeout_s)
+            except ChildFailure as failure:
+                records.failure = failure
+        return finish_verdict(base, t0, **judge(records, prepared, self.protocol, self.settings, self.copy_gbps,
+                                                base.evidence))
+
+    def _run(self, sb: Sandbox, prepared: PreparedProblem, pair: Pair, build: Build, records: Records,
+             deadline: float) -> None:
+        load = {"op": "load", "source": "candidate", "path": str(build.candidate_path),
+                "init_args": prepared.init_inputs, "precision": self.protocol.precision}
+        with stage("correctness"):
+            records.correctness = check_correctness(sb, prepared, self.protocol, load, deadline)
+        if not records.correctness.categories:
+            run_probes(sb, prepared, self.protocol, deadline, records.correctness)
+        if not records.correctness.passed:
+            return
+        load_pool(sb, prepared.pool, self.settings.flush_bytes(self.timer.flush_factor), time_left(deadline))
+        with stage("memory"):
+            records.memory = memory_stats(sb.call({"op": "memory"}, time_left(deadline)))
+        with stage("attribution"):
+            records.attribution = self._attribute(sb, prepared, pair, deadline)
+        if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None:
+            return
+        with stage("timing"):
+            records.speed = self._time(sb, prepared, deadline)
+        with stage("probes"):
+            records.findings.append(self._replay_probe(sb, prepared, deadline))
+        if self.copy_gbps and "candidate" in records.speed.stats:
+            records.findings.append(impossible_speed(_min_dram_bytes(prepared, self.settings.l2_bytes),
+                                                     records.speed.stats["candidate"].median_ms, self.copy_gbps))
+
+    def _attribute(self, sb: Sandbox, prepared: PreparedProblem, pair: Pair, deadline: float) -> Attribution:
+        """Attribution on fresh inputs, and the ghost replay judged against the truth: an output
+        that is still right with the candidate's own launches suppressed never needed them."""
+        device = torch.device(self.settings.device)
+        warm, profiled, ghosted = (prepared.draw(ATTRIBUTION_SET + k, "replay", device) for k in range(3))
+        refs = iter(sb.put(warm + profiled + ghosted, time_left(deadline)))
+        take = [[next(refs) for _ in group] for group in (warm, profiled, ghosted)]
+        fields, receipt = sb.expect(prepared.output_like)
+        reply = sb.call({"op": "attribution", "warm_inputs": take[0], "inputs": take[1], "ghost_inputs": take[2],
+                         "ghost_outputs": fields}, time_left(deadline))
+        if reply.get("ghost") == "ran":
+            outs = sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, time_left(deadline))
+            right = False
+            if outs is not None:
+                ev = prepared.evaluate(ghosted)
+                right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed
+            reply["ghost"] = "unchanged" if right else "changed"
+        return attribute(reply, pair.candidate.code, self.settings.device_type)
+
+    def _time(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> SpeedResult:
+        def check(index: int, outputs: list[torch.Tensor]) -> str | None:
+            ev = prepared.pool_truth(index)
+            j = judge_outputs(outputs, ev.truth, ev.baseline_err, self.protocol.tolerance)
+            return None if j.passed else f"pool entry {index}: error {j.worst.norm if j.worst else float('nan'):.2e}"
+
+        return measure_speed(sb, prepared.baselines, self.timer, len(prepared.pool), check, prepared.output_like,
+                             deadline)
+
+    def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> tuple[Category, str] | None:
+        device = torch.device(self.settings.device)
+        sets = [prepared.draw(k, "replay", device) for k in range(REPLAY_PROBES)]
+        refs = iter(sb.put([x for s in sets for x in s], time_left(deadline)))
+        handed = [[next(refs) for _ in s] for s in sets]
+        return replayed_timing(sb.call({"op": "replay", "sets": handed}, time_left(deadline))["pairs"])
+
+
+def _min_dram_bytes(prepared: PreparedProblem, l2_bytes: int) -> int:
+    """Bytes a call cannot avoid moving through DRAM: every input tensor (cold after the flush) and
+    the part of the outputs larger than L2."""
+    inputs = sum(x.numel() * x.element_size() for x in prepared.pool[0] if isinstance(x, torch.Tensor))
+    outputs = sum(o.numel() * o.element_size() for o in prepared.output_like)
+    return inputs + max(outputs - l2_bytes, 0)
+
+
+# -- judge --------------------------------------------------------------------------------------
+
+def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtocol, settings: Settings,
+          copy_gbps: float | None, evidence: dict[str, Any]) -> dict[str, Any]:
+    """The verdict's fields from what the stages found (pure: records in, fields out)."""
+    if records.build is not None:
+        b = records.build
+        return {"status": b.status, "message": b.message, "evidence": {**evidence, **b.evidence}}
+    c = records.correctness
+    ev = {**evidence}
+    if c is not None:
+        ev.update({"state_loaded": c.state_loaded, "integrity": c.integrity, "hacks": c.hacks, "notes": c.notes})
+    trials = tuple(c.trials) if c is not None else ()
+    if records.failure is not None:
+        f = records.failure
+        cats = (Category.PROCESS_ESCAPE,) if f.evidence.get("returncode") == 0 else ()
+        return {"status": f.status, "message": f.message, "categories": cats, "trials": trials,
+                "evidence": {**ev, **f.evidence}}
+    assert c is not None
+    if not c.passed:
+        cats = tuple(c.all_categories())
+        failed = sorted({t.distribution for t in c.trials if not t.passed})
+        first = next((t for t in c.trials if not t.passed), None)
+        notes = list(c.notes) + [f"{k}: {v}" for k, v in {**c.integrity, **c.hacks}.items()]
+        message = (f"failed on {', '.join(failed)}: {first.note}" if first else "; ".join(notes)) or "failed"
+        return {"status": status_of(cats), "categories": cats, "trials": trials, "message": message[:400],
+                "evidence": {**ev, "notes": notes}}
+    a = records.attribution
+    if a is not None:
+        ev["attribution"] = _attribution_evidence(a)
+        lacking = missing_custom_work(a, protocol.min_custom_share)
+        if lacking is not None:
+            return {"status": Status.NO_CUSTOM_KERNEL, "categories": (lacking[0],), "trials": trials,
+                    "message": lacking[1], "memory": records.memory, "baseline_memory": prepared.baseline_memory,
+                    "evidence": ev}
+    speed = records.speed
+    assert speed is not None
+    found = list(speed.findings) + [f for f in records.findings if f]
+    cats = tuple(dict.fromkeys(c_ for c_, _ in found))
+    status = status_of(cats)
+    timing = _timing(speed, prepared, settings)
+    ev.update({"timing_findings": [f"{c_.value}: {why}" for c_, why in found], "copy_gbps": copy_gbps,
+               "device_state": device_state(settings.device)})
+    message = ("verified on " + ", ".join(prepared.calibration.applicable()) if status is Status.VERIFIED
+               else "; ".join(why for _, why in found))
+    if status is Status.VERIFIED and speed.charge > 1.0:
+        message += f"; timed at its wall clock, {speed.charge:.2f}x what it reported"
+    return {"status": status, "categories": cats, "trials": trials, "timing": timing, "memory": records.memory,
+            "baseline_memory": prepared.baseline_memory, "message": message[:400], "evidence": ev,
+            "speedup": speed.speedups.get(protocol.primary_baseline) if status is Status.VERIFIED else None}
+
+
+def _timing(speed: SpeedResult, prepared: PreparedProblem, settings: Settings) -> Timing:
+    dists = ", ".join(dict.fromkeys(prepared.pool_distributions))
+    notes = (f"{speed.rechecked} timed outputs rechecked", f"timer {speed.timer_s:.1f} s",
+             f"timed on {len(prepared.pool)} input sets drawn from {dists}; models hold {prepared.timing_weights}")
+    return Timing(method="kbv-interleaved-" + ("events" if settings.device_type == "cuda" else "host"),
+                  statistic="median_ms", candidate=speed.stats["candidate"],
+                  baselines={k: v for k, v in speed.stats.items() if k != "candidate"},
+                  speedups=speed.speedups, speedup_ci=speed.speedup_ci, notes=notes + speed.notes)
+
+
+def _attribution_evidence(a: Attribution) -> dict[str, Any]:
+    top = sorted(a.kernels, key=lambda k: -k[1])[:10]
+    return {"custom_launches": a.custom_launches, "custom_share": round(a.custom_share, 4), "ghost_replay": a.ghost,
+            "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}

@@ -1,0 +1,46 @@
+"""Child side of attribution: one forward under `torch.profiler` on GPU, listing device kernels and
+their device time; on CPU, the forward's wall time (the guards count the candidate's own launches)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+
+def profile_forward(fn: Any, args: Sequence[Any], device: Any, clock: Any) -> dict[str, Any]:
+    """One profiled forward. Returns {"wall_ms", "kernels": [{"name", "us", "in_ext"}]}."""
+    import torch
+
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn(*args)
+        return {"wall_ms": (time.perf_counter() - t0) * 1e3, "kernels": []}
+    from torch.profiler import ProfilerActivity, profile
+
+    clock.sync()
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    return {"wall_ms": wall_ms, "kernels": _device_kernels(prof)}
+
+
+def _device_kernels(prof: Any) -> list[dict[str, Any]]:
+    """Device kernels of a profile, from whichever form this PyTorch gives them in."""
+    import torch
+
+    kernels: list[dict[str, Any]] = []
+    try:
+        for ev in prof.events():
+            if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
+                us = getattr(ev, "device_time", None)
+                if us is None:
+                    us = getattr(ev, "cuda_time", 0.0)
+                kernels.append({"name": ev.name, "us": float(us or 0.0)})
+            for k in getattr(ev, "kernels", []) or []:  # older form: kernels hang off CPU events
+                kernels.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
+    except Exception as exc:  # attribution then falls back to launch counts
+        kernels.append({"name": f"<profiler failed: {type(exc).__name__}: {exc}>", "us": 0.0, "error": True})
+    return kernels
