@@ -17,7 +17,7 @@ from kbv.metrics import metrics_by_group
 from kbv.report.leaderboard import leaderboard
 from kbv.report.tables import hacks_table, leaderboard_table, metrics_table, verdict_table
 from kbv.verdict import Category
-from records import SAMPLE, write_run
+from records import SAMPLE
 from sources import WRONG_RELU, write_tree
 
 SRC = Path(__file__).resolve().parents[2] / "src"
