@@ -102,3 +102,16 @@ def test_an_empty_run_exports_the_header_only(tmp_path: Path) -> None:
 def test_an_unwritable_path_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="Cannot write"):
         write_csv([], tmp_path / "no" / "such" / "dir.csv")
+
+
+def test_peak_ratio_of_two_zero_peaks_is_one() -> None:
+    from dataclasses import replace
+
+    from kbv.report.figures import peak_ratio
+    from kbv.verdict import MemoryStats
+
+    zero, some = MemoryStats(0, 0), MemoryStats(4096, 0)
+    assert peak_ratio(replace(SAMPLE[1], memory=zero, baseline_memory=zero)) == 1.0
+    assert peak_ratio(replace(SAMPLE[1], memory=some, baseline_memory=zero)) is None
+    assert peak_ratio(replace(SAMPLE[1], memory=some, baseline_memory=MemoryStats(1024, 0))) == 4.0
+    assert peak_ratio(replace(SAMPLE[1], memory=None)) is None

@@ -66,7 +66,7 @@ def _integrity(v: Verdict) -> Markup:
     if isinstance(notes, list) and notes:
         items.append(("notes", element("ul", *(element("li", text(n)) for n in notes))))
     if "state_loaded" in v.evidence:
-        items.append(("state loaded", text(v.evidence["state_loaded"])))
+        items.append(("state loaded", text(v.evidence["state_loaded"] if v.evidence["state_loaded"] is not None else "-")))
     return definition_list(items) if items else _none("no integrity or guard finding")
 
 

@@ -43,11 +43,14 @@ def timed_ms(v: Verdict) -> tuple[float | None, float | None]:
 
 
 def peak_ratio(v: Verdict) -> float | None:
-    """The allocator's (or resident set's) peak of the candidate over the baseline's; None when either
-    is missing or the baseline's is zero."""
+    """The allocator's (or resident set's) peak of the candidate over the baseline's: 1.0 when both
+    are zero (neither grew above its level before the call, as small forwards on a CPU do); None when
+    either is missing, or only the baseline's is zero."""
     cand, base = _peak(v.memory), _peak(v.baseline_memory)
-    if cand is None or base is None or base <= 0:
+    if cand is None or base is None:
         return None
+    if base <= 0:
+        return 1.0 if cand <= 0 else None
     return cand / base
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from kbv.api import Report, load_report
@@ -28,7 +29,7 @@ class Run:
     default_model: str  # the label of verdicts that carry no model
     sources: dict[str, str] = field(default_factory=dict)  # candidate hash -> source text
 
-    @property
+    @cached_property
     def verdicts(self) -> tuple[Verdict, ...]:
         """The run's verdicts with `model` set to the label they are counted under."""
         return tuple(v if v.model else replace(v, model=self.default_model) for v in self.report.verdicts)
@@ -40,8 +41,9 @@ class RunSet:
 
     runs: tuple[Run, ...]
 
-    @property
+    @cached_property
     def verdicts(self) -> tuple[Verdict, ...]:
+        """Every run's verdicts, labelled with their models, in order."""
         return tuple(v for run in self.runs for v in run.verdicts)
 
     @property

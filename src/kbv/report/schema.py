@@ -59,7 +59,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("peak_bytes", "int", "candidate's peak memory of one forward, bytes above the level before"),
     Column("baseline_peak_bytes", "int", "the baseline's, measured the same way"),
     Column("retained_bytes", "int", "memory the candidate kept after its output was freed"),
-    Column("peak_ratio", "float", "peak_bytes / baseline_peak_bytes (null when either is unknown or 0)"),
+    Column("peak_ratio", "float", "peak_bytes / baseline_peak_bytes (1 when both are 0; null when unknown)"),
     Column("device_peak_ratio", "float", "device-level peak ratio, where the run measured it"),
     Column("custom_share", "float", "share of device time in the candidate's own kernels (verified)"),
     Column("trials", "int", "correctness trials run"),
