@@ -33,6 +33,8 @@ test-gpu: install
 
 demo: install
 	$(BIN)/kbv eval examples/ --problems smoke --protocol both --device auto --timer-budget 2 --run $(DEMO_RUN)
+	@$(BIN)/kbv report $(DEMO_RUN) --format html --out $(DEMO_RUN)/report.html >/dev/null
+	@echo "HTML report: $(abspath $(DEMO_RUN))/report.html"
 
 clean:
 	rm -rf $(VENV) $(DEMO_RUN) build src/*.egg-info

@@ -178,7 +178,7 @@ def test_a_long_bad_path_is_still_one_line(tmp_path: Path) -> None:
     (["eval", "{cands}", "--jobs", "-1"], "--jobs must be >= 0"),
     (["eval", "{cands}", "--tolerance", "2"], "--tolerance must be between 0 and 1"),
     (["eval", "{cands}", "--problems", "{bad_problems}"], "7_Bad.py: syntax error at line 3"),
-    (["report", "{tmp}", "--format", "xml"], "Unknown format 'xml': expected table, json, jsonl."),
+    (["report", "{tmp}", "--format", "xml"], "Unknown format 'xml': expected table, json, jsonl, html, csv, parquet."),
     (["report", "{tmp}"], "No kbv run at"),
     (["problems", "list", "no/such/dir"], "No problems at 'no/such/dir'"),
 ], ids=["protocol", "eval-format", "suite", "device", "timeout", "jobs", "tolerance", "bad-problem",

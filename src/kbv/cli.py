@@ -37,7 +37,8 @@ def _register_optional_commands() -> None:
 
 _register_optional_commands()
 
-out = Console(width=None if sys.stdout.isatty() else 160)
+# Piped output is 160 wide unless COLUMNS says otherwise; the tables lay themselves out for the width.
+out = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 err = Console(stderr=True, soft_wrap=True)  # one message, one line: never wrapped
 
 
@@ -141,29 +142,59 @@ def _print_hacks(metrics: Any) -> None:
         out.print(table)
 
 
+REPORT_FORMATS = ("table", "json", "jsonl", "html", "csv", "parquet")
+
+
 @app.command("report")
 def report_command(
-    run: str = typer.Argument(..., help="A run directory written by `kbv eval`."),
-    output: str = typer.Option("table", "--format", help="table, json or jsonl."),
+    runs: list[str] = typer.Argument(..., help="Run directories written by `kbv eval`; several make one report across them."),
+    output: str = typer.Option("table", "--format", help="table, json, jsonl (printed), or html, csv, parquet (written to a file)."),
+    out_file: Optional[str] = typer.Option(None, "--out", help="The file for html, csv or parquet. Default: report.html, verdicts.csv or verdicts.parquet in the first run."),
+    by: str = typer.Option("pair", "--by", help="table: one row per pair, or one per model (the leaderboard)."),
 ) -> None:
-    """Show a run's verdicts and metrics."""
-    from kbv.api import load_report
-    from kbv.report import metrics_table, pass_at_k_table, verdict_table
+    """Show runs' verdicts and metrics, or write them as an HTML report or a Parquet/CSV export."""
+    from kbv.report.publish import FILE_FORMATS, write_report
+    from kbv.report.runs import load_runs
 
     with _errors():
-        _check_format(output, ("table", "json", "jsonl"))
-        report = load_report(run)
+        _check_format(output, REPORT_FORMATS)
+        _check_format(by, ("pair", "model"), option="--by")
+        if output in FILE_FORMATS:
+            written = write_report(runs, output, out_file)
+        elif out_file is not None:
+            from kbv.errors import UsageError
+
+            raise UsageError(f"--out writes html, csv or parquet; --format {output} prints to stdout.")
+        else:
+            loaded = load_runs(runs)
+    if output in FILE_FORMATS:
+        err.print(f"{written.verdicts} verdicts from {written.runs} run{'s' * (written.runs != 1)}", highlight=False)
+        sys.stdout.write(f"{written.path.resolve()}\n")
+        return
+    _render_report(loaded, output, by)
+
+
+def _render_report(loaded: Any, output: str, by: str) -> None:
+    from kbv.report import leaderboard_table, metrics_table, pass_at_k_table, verdict_table
+    from kbv.report.leaderboard import leaderboard
+
+    reports = [run.report for run in loaded.runs]
     if output == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=1) + "\n")
+        payload = reports[0].to_dict() if len(reports) == 1 else {"runs": [r.to_dict() for r in reports]}
+        sys.stdout.write(json.dumps(payload, indent=1) + "\n")
     elif output == "jsonl":
-        for v in report.verdicts:
+        for _, v in loaded.stored():
             sys.stdout.write(json.dumps(v.to_dict()) + "\n")
+    elif by == "model":
+        out.print(leaderboard_table(leaderboard(loaded.verdicts)))
     else:
-        out.print(verdict_table(report.verdicts))
-        out.print(metrics_table(report.metrics))
-        _print_hacks(report.metrics)
-        if report.pass_at_k:
-            out.print(pass_at_k_table(report.pass_at_k))
+        metrics = loaded.metrics()
+        out.print(verdict_table(loaded.verdicts))
+        out.print(metrics_table(metrics))
+        _print_hacks(metrics)
+        for report in reports:
+            if report.pass_at_k:
+                out.print(pass_at_k_table(report.pass_at_k))
 
 
 @problems_app.command("list")
@@ -210,11 +241,11 @@ def problems_check(
     out.print(table)
 
 
-def _check_format(value: str, allowed: tuple[str, ...]) -> None:
+def _check_format(value: str, allowed: tuple[str, ...], option: str = "format") -> None:
     from kbv.errors import UsageError
 
     if value not in allowed:
-        raise UsageError(f"Unknown format '{value}': expected {', '.join(allowed)}.")
+        raise UsageError(f"Unknown {option} '{value}': expected {', '.join(allowed)}.")
 
 
 @contextmanager

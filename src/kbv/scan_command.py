@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from kbv.errors import CandidateSourceError, KbvError, UsageError
+from kbv.report.format import short_path
 from kbv.scan import scan_source
 from kbv.verdict import Finding
 
@@ -43,7 +44,7 @@ def scan_command(
         payload = {"files": files, "findings": [finding_dict(p, f) for p, f in rows]}
         sys.stdout.write(json.dumps(payload, indent=1) + "\n")
     else:
-        Console().print(findings_table(rows, len(files)))
+        Console().print(findings_table(rows, files))
 
 
 def read_source(path: str) -> str:
@@ -59,20 +60,27 @@ def finding_dict(path: str, finding: Finding) -> dict[str, object]:
     return {"file": path, **asdict(finding), "category": finding.category.value}
 
 
-def findings_table(rows: list[tuple[str, Finding]], n_files: int) -> Table:
-    """Findings of every file, in file then line order, titled with the counts by severity."""
+def findings_table(rows: list[tuple[str, Finding]], files: list[str]) -> Group:
+    """Findings, in file then line order: a line of counts by severity, then one table per file with
+    findings, titled with its path.
+
+    Legible at 80 columns (a pipe): paths are shown relative to the working directory or shortened
+    from the left, only the message wraps, and line, rule, severity and category stay whole."""
     counts = {s: sum(f.severity == s for _, f in rows) for s in ("error", "warning", "info")}
-    title = f"kbv scan: {n_files} file{'s' * (n_files != 1)}, " + ", ".join(f"{n} {s}" for s, n in counts.items())
-    table = Table(title=title, title_justify="left")
-    for col in ("file", "line", "rule", "severity", "category"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("message", overflow="fold")
-    for path, f in rows:
-        style = _SEVERITY_STYLE.get(f.severity, "")
-        # Text cells: messages quote code such as `cache[key]`, which must not be read as markup
-        table.add_row(Text(path), str(f.line or "-"), f.rule, Text(f.severity, style=style), f.category.value,
-                      Text(f.message))
-    return table
+    scanned = short_path(files[0], 48) if len(files) == 1 else f"{len(files)} files"
+    parts: list[Text | Table] = [
+        Text(f"kbv scan: {scanned}, " + ", ".join(f"{n} {s}" for s, n in counts.items()), style="bold")]
+    for path in dict.fromkeys(p for p, _ in rows):
+        table = Table(title=Text(short_path(path, 72)), title_justify="left")
+        for col in ("line", "rule", "severity", "category"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("message", overflow="fold")
+        for f in (f for p, f in rows if p == path):
+            style = _SEVERITY_STYLE.get(f.severity, "")
+            # Text cells: messages quote code such as `cache[key]`, which must not be read as markup
+            table.add_row(str(f.line or "-"), f.rule, Text(f.severity, style=style), f.category.value, Text(f.message))
+        parts.append(table)
+    return Group(*parts)
 
 
 def _fail(message: str) -> NoReturn:
