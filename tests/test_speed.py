@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbv.sandbox import ChildSpec, Sandbox, SharedArena
-from kbv.speed import CHARGE_RATIO, HACK_RATIO, TimerConfig, _Side, load_pool, measure_speed, wall_bound
+from kbv.detect.speed import wall_bound
+from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
+from kbv.protocols.verified.timer import TimerConfig, _Side, load_pool, measure_speed
+from kbv.sandbox import ChildSpec, Sandbox
 from kbv.stats import StopRule
 from kbv.verdict import Category
 
@@ -90,11 +92,10 @@ def _pool():
 
 def _timed(cand, base, config, check=lambda i, o: None):
     """The candidate timed against one `eager-tf32` baseline, both holding `_pool()`."""
-    with SharedArena() as arena:
-        for sb in (cand, base):
-            load_pool(sb, arena, _pool(), 0, 60)
-        return measure_speed(cand, {"eager-tf32": base}, arena, config, 3, check, [torch.empty(256, 256)],
-                             time.monotonic() + 60)
+    for sb in (cand, base):
+        load_pool(sb, _pool(), 0, 60)
+    return measure_speed(cand, {"eager-tf32": base}, config, 3, check, [torch.empty(256, 256)],
+                         time.monotonic() + 60)
 
 
 def test_identical_implementations_time_equal_within_their_interval(children):
@@ -129,11 +130,10 @@ def test_memory_figures_see_a_64_mib_scratch_buffer_on_cpu(children, tmp_path):
     fat = children("fat", _candidate(tmp_path, FAT, "fat"))
     base = children("base", _reference())
     figures = {}
-    with SharedArena() as arena:
-        for name, sb in (("fat", fat), ("base", base)):
-            load_pool(sb, arena, _pool(), 0, 60)
-            sb.call({"op": "warmup", "ms": 10}, 60)
-            figures[name] = sb.call({"op": "memory"}, 60)
+    for name, sb in (("fat", fat), ("base", base)):
+        load_pool(sb, _pool(), 0, 60)
+        sb.call({"op": "warmup", "ms": 10}, 60)
+        figures[name] = sb.call({"op": "memory"}, 60)
     if figures["base"]["peak_bytes"] < 0:
         pytest.skip("this kernel does not expose VmHWM")
     extra = figures["fat"]["peak_bytes"] - figures["base"]["peak_bytes"]
