@@ -181,7 +181,7 @@ def _describe(groups: list[tuple[str, list[tuple[Any, torch.Tensor]]]]) -> list[
     out = []
     for nbytes, label, items in sized[:MAX_WHERE]:
         devices = "+".join(sorted({str(t.device) for _, t in items}))
-        count = f"{len(items)} tensors " if label == "gc" or len(items) > 1 else ""
+        count = f"{len(items)} tensor{'s' if len(items) > 1 else ''} " if label == "gc" or len(items) > 1 else ""
         out.append(f"{label}: {count}({devices}, {format_bytes(nbytes)})" if count else
                    f"{label} ({devices}, {format_bytes(nbytes)})")
     if len(sized) > MAX_WHERE:
