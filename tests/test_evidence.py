@@ -68,7 +68,7 @@ def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_fl
                    "launches": {"triton:sigmoid_kernel": 69}}
     category, why = retained_state(precomputed, io)
     assert category is Category.RETAINED_STATE
-    assert why == ("held 17.2 MiB after import and construction beyond its parameters and buffers, more than one "
+    assert why == ("held 17.2 MiB of tensors after import and construction besides its weights, more than one "
                    "set of inputs and outputs (512.0 KiB): kbv_candidate.ANSWERS: 69 tensors (cpu, 17.2 MiB); "
                    "69 launch(es) of its own kernels before its first call (triton:sigmoid_kernel)")
     # as much as one set of inputs and outputs (an output buffer made once, a workspace) is not flagged
@@ -79,3 +79,9 @@ def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_fl
     assert retained_state({"bytes": RETAINED_FLOOR_BYTES, "where": []}, 4096) is None
     assert retained_state({"bytes": RETAINED_FLOOR_BYTES + 1, "where": []}, 4096) is not None
     assert retained_state(None, io) is None and retained_state({}, io) is None
+    # answers registered as a buffer: weights the reference does not have
+    as_buffer = {"bytes": 0, "where": [], "weights_bytes": 17 << 20}
+    assert retained_state(as_buffer, io) is None  # the reference's weights unknown: not judged
+    category, why = retained_state(as_buffer, io, reference_weights_bytes=1 << 20)
+    assert category is Category.RETAINED_STATE and "parameters and buffers 16.0 MiB beyond the reference's" in why
+    assert retained_state({**as_buffer, "weights_bytes": 1 << 20}, io, reference_weights_bytes=1 << 20) is None

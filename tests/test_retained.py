@@ -130,3 +130,26 @@ def test_inputs_the_harness_keeps_between_loads_are_not_the_candidates(tmp_path:
         again = _load(sb, path, [])["retained"]
     assert again["bytes"] == first["bytes"] < 64 << 10, (first, again)
     assert "launches" in first and "launches" not in again  # after a call, launches are not import work
+
+
+def test_a_look_that_fails_is_reported_not_raised():
+    class Broken(torch.nn.Module):
+        def parameters(self, recurse=True):
+            raise RuntimeError("no")
+
+    assert find_retained(None, Broken()) == {"bytes": -1, "where": ["not measured: RuntimeError: no"]}
+    assert retained_state({"bytes": -1, "where": ["not measured: RuntimeError: no"]}, 0) is None
+
+
+def test_parameters_and_buffers_are_weighed_apart():
+    m = _module('''
+import torch
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(64, 64)  # 16.25 KiB of weights
+        self.register_buffer("answers", torch.zeros(64, 1024))  # 256 KiB hidden among the weights
+''')
+    found = find_retained(m, m.ModelNew())
+    assert found["weights_bytes"] == (64 * 64 + 64) * 4 + 64 * 1024 * 4
+    assert not any("answers" in w for w in found["where"])

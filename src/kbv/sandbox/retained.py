@@ -4,18 +4,19 @@ parameters and buffers (precomputed answers, tables, caches of inputs).
 Child-side: `find_retained` runs in the candidate's process, right after the model is built. It looks
 in two places and counts each storage once:
 
-- what the candidate can name: the candidate module's globals (into its own classes and functions'
-  closures and defaults) and the model's attributes, recursively through dicts, lists, tuples, sets
-  and objects' `__dict__`, to a bounded depth and number of objects; these are reported by path,
-  e.g. `kbv_candidate.ANSWERS: 70 tensors (cpu, 17.5 MiB)`;
+- what the candidate can name: the candidate module's globals (into its own classes and its
+  functions' closures and defaults) and the model's attributes, recursively through dicts, lists,
+  tuples, sets and objects' `__dict__`, to a bounded depth and number of objects, reported by path,
+  e.g. `kbv_candidate.ANSWERS: 69 tensors (cpu, 17.2 MiB)`;
 - every other tensor alive in the process, through the garbage collector (`gc: 3 tensors (...)`):
   what closures, `lru_cache`s, C++ objects' Python owners or deleted globals still hold.
 
-The model's parameters and buffers and the harness's own tensors (the `harness` roots: kept inputs,
-the timing pool, the L2 flush buffer) are left out, by storage. A view counts its whole storage: it
-keeps all of it alive. Memory outside PyTorch tensors (raw `cudaMalloc`, C++ statics, numpy arrays)
-is not seen here; the device-level memory figure is where that shows. The figures are evidence the
-candidate can tamper with in its own process, not proof that nothing was held.
+The model's parameters and buffers (counted apart, as `weights_bytes`) and the harness's own tensors
+(the `harness` roots: kept inputs, the timing pool, the L2 flush buffer) are left out, by storage. A
+view counts its whole storage: it keeps all of it alive. Memory outside PyTorch tensors (raw
+`cudaMalloc`, C++ statics, numpy arrays) is not seen here; the device-level memory figure is where
+that shows. The figures are evidence the candidate can tamper with in its own process, not proof that
+nothing was held.
 """
 
 from __future__ import annotations
@@ -35,11 +36,23 @@ _KEY_CHARS = 40
 
 
 def find_retained(module: types.ModuleType | None, model: Any, harness: Iterable[Any] = ()) -> dict[str, Any]:
-    """{"bytes": int, "where": [str, ...]}: the bytes of every tensor storage alive beyond `model`'s
-    parameters and buffers and the `harness` objects' tensors, and where they were found (largest first)."""
+    """{"bytes": int, "where": [str, ...], "weights_bytes": int}: the bytes of every tensor storage alive
+    beyond `model`'s parameters and buffers and the `harness` objects' tensors, where they were found
+    (largest first), and the bytes of the parameters and buffers themselves (answers registered as a
+    buffer are weights the reference does not have: the parent compares).
+    A look that fails (a candidate's `parameters()` that raises) is {"bytes": -1, "where": [why]}: the
+    harness's failure to look is not the candidate's error."""
+    try:
+        return _find(module, model, harness)
+    except Exception as exc:
+        return {"bytes": -1, "where": [f"not measured: {type(exc).__name__}: {exc}"[:200]]}
+
+
+def _find(module: types.ModuleType | None, model: Any, harness: Iterable[Any]) -> dict[str, Any]:
     home = module.__name__ if module is not None else ""
     harness_roots = [("harness", h) for h in harness]
-    exclude = _own_storages(model) | {key for key, _, _ in _storages(_walk(harness_roots, home))}
+    own = _own_storages(model)
+    exclude = set(own) | {key for key, _, _ in _storages(_walk(harness_roots, home))}
     named: dict[tuple[str, int], tuple[str, torch.Tensor]] = {}
     for key, path, tensor in _storages(_walk(_roots(module, model), home)):
         if key not in exclude:
@@ -55,14 +68,19 @@ def find_retained(module: types.ModuleType | None, model: Any, harness: Iterable
     if unnamed:
         groups.append(("gc", list(unnamed.items())))
     total = sum(_nbytes(t) for _, items in groups for _, t in items)
-    return {"bytes": total, "where": _describe(groups)}
+    return {"bytes": total, "where": _describe(groups), "weights_bytes": sum(map(_nbytes, own.values()))}
 
 
-def _own_storages(model: Any) -> set[tuple[str, int]]:
+def _own_storages(model: Any) -> dict[tuple[str, int], torch.Tensor]:
+    """The model's parameters and buffers, by storage."""
     if not isinstance(model, torch.nn.Module):
-        return set()
-    keys = (_storage_key(t) for t in [*model.parameters(), *model.buffers()])
-    return {k for k in keys if k is not None}
+        return {}
+    own: dict[tuple[str, int], torch.Tensor] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        key = _storage_key(t)
+        if key is not None:
+            own.setdefault(key, t)
+    return own
 
 
 def _roots(module: types.ModuleType | None, model: Any) -> list[tuple[str, Any]]:
