@@ -7,7 +7,18 @@ import types
 import pytest
 import torch
 
-from kbv.distributions import (VARIANTS, calibrate, draw_inputs, is_continuous, pinned_variants, trial_seed)
+from kbv.compare import Tolerance, allowed_error, measure_error, within
+from kbv.distributions import (
+    DISTRIBUTIONS,
+    FP16_MAX,
+    FP16_TINY,
+    VARIANTS,
+    calibrate,
+    draw_inputs,
+    is_continuous,
+    pinned_variants,
+    trial_seed,
+)
 
 
 def _module(source: str) -> types.ModuleType:
@@ -118,3 +129,140 @@ def test_problems_can_pin_variants_and_bad_pins_are_errors():
         pinned_variants(_module('KBV_DISTRIBUTIONS = {"huge": "skip"}'), "p.py")
     with pytest.raises(ValueError, match="expected 'skip' or one of"):
         pinned_variants(_module('KBV_DISTRIBUTIONS = {"large": "enormous"}'), "p.py")
+
+
+# ---- range: fp32's dynamic range, beyond fp16's ------------------------------------------------
+
+def test_range_reaches_past_fp16_at_both_ends_with_both_signs():
+    m = _module(MIXED)
+    x = draw_inputs(m, VARIANTS["range"][0], 5, torch.device("cpu"))[0]
+    mag = x.abs()
+    assert float(mag.max()) > FP16_MAX and float(mag.max()) <= 1e6 * (1 + 1e-6)
+    assert float(mag.min()) < FP16_TINY and float(mag.min()) >= 1e-7 * (1 - 1e-6)
+    assert 0.04 < float((mag > FP16_MAX).float().mean()) < 0.15  # log10 65504 = 4.8: ~9% of [-7, 6]
+    assert 0.15 < float((mag < FP16_TINY).float().mean()) < 0.28  # log10 6.1e-5 = -4.2: ~21%
+    assert 0.4 < float((x < 0).float().mean()) < 0.6
+    assert bool(torch.isinf(x.half()).any())  # what an fp16 copy of it holds
+    positive = draw_inputs(m, _variant("range", "log-positive-1e-7-1e6"), 5, torch.device("cpu"))[0]
+    assert float(positive.min()) > 0
+
+
+def _calibrate_problem(problem):
+    from kbv.problems import instantiate_problem
+    from kbv.reference import Reference
+
+    module = instantiate_problem(problem)
+    reference = Reference(module, list(module.get_init_inputs()), torch.device("cpu"), "tf32")
+    model = reference.build(3)
+    return calibrate(module, problem.origin, lambda xs: reference.baseline_outputs(model, xs), torch.device("cpu"))
+
+
+def test_every_bundled_problem_takes_the_widest_range_variant():
+    """Softmax subtracts its row max, sigmoid and tanh saturate, norms divide the scale out, and the
+    squares of 1e6 (MSE, RMSNorm, LayerNorm's variance) stay far inside fp32: every reference of the
+    bundled suite stays finite and non-degenerate on log-uniform [1e-7, 1e6] with random signs."""
+    from kbv.suite import load_suite
+
+    problems = load_suite("smoke")
+    assert len(problems) >= 16
+    for problem in problems:
+        cal = _calibrate_problem(problem)
+        assert cal.variants["range"] == "log-1e-7-1e6", (problem.name, cal.notes)
+        assert "range" not in cal.notes, problem.name
+        assert "range" in cal.applicable()
+
+
+SOFTMAX_NAIVE = """
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):  # no max subtracted: exp overflows past ~88
+        e = torch.exp(x)
+        return e / e.sum(dim=1, keepdim=True)
+def get_inputs(): return [torch.rand(8, 64)]
+def get_init_inputs(): return []
+"""
+
+
+def test_range_steps_down_where_the_reference_overflows_or_leaves_its_domain():
+    log = _calibrate(LOG)  # log of negatives: positive magnitudes, still [1e-7, 1e6]
+    assert log.variants["range"] == "log-positive-1e-7-1e6"
+    assert log.notes["range"] == "log-1e-7-1e6: reference output not finite"
+    for source in (EXP, SOFTMAX_NAIVE):  # exp(1e5) is inf whatever the sign mix: only the tiny end is left
+        cal = _calibrate(source)
+        assert cal.variants["range"] == "normal-1e-6", cal.notes
+        rejected = [part.split(":")[0] for part in cal.notes["range"].split("; ")]
+        assert rejected == ["log-1e-7-1e6", "log-positive-1e-7-1e6", "normal-1e5", "positive-1e5"]
+        assert "not finite" in cal.notes["range"]
+
+
+def test_range_can_be_pinned_or_skipped_by_the_problem():
+    pinned = _calibrate(EXP + '\nKBV_DISTRIBUTIONS = {"range": "positive-1e-6"}\n')
+    assert pinned.variants["range"] == "positive-1e-6" and pinned.notes["range"] == "pinned by the problem"
+    skipped = _calibrate(LOG + '\nKBV_DISTRIBUTIONS = {"range": "skip"}\n')
+    assert skipped.variants["range"] is None and "range" not in skipped.applicable()
+    assert skipped.notes["range"] == "skipped by the problem"
+    with pytest.raises(ValueError, match="log-1e-7-1e6, log-positive-1e-7-1e6, normal-1e5"):
+        pinned_variants(_module('KBV_DISTRIBUTIONS = {"range": "normal-1e3"}'), "p.py")
+
+
+def _judge(reference, model, inputs, candidate):
+    """(passed, error) of `candidate(inputs)` under the verified protocol's acceptance test."""
+    ev = reference.evaluate(model, inputs)
+    err = measure_error(ev.truth[0], candidate(inputs))
+    return within(err, allowed_error(ev.baseline_err[0], Tolerance())), err
+
+
+def _half(inputs):
+    return [x.half().float() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _smoke(name):
+    from kbv.problems import instantiate_problem
+    from kbv.reference import Reference
+    from kbv.suite import load_suite
+
+    module = instantiate_problem(next(p for p in load_suite("smoke") if p.name == name))
+    reference = Reference(module, list(module.get_init_inputs()), torch.device("cpu"), "tf32")
+    return module, reference, reference.build(7)
+
+
+def test_fp16_storage_overflows_on_range_where_honest_fp32_passes():
+    """fp16 storage of the input (a sum, read at fp16) passes the problem's own inputs and fails on
+    `range` with infinities where the truth is finite; the honest fp32 computation passes both."""
+    module, reference, model = _smoke("7_SumReduction")
+    for dist in ("default", "range"):
+        inputs = draw_inputs(module, VARIANTS[dist][0], 11, torch.device("cpu"))
+        honest, _ = _judge(reference, model, inputs, lambda xs: model(*xs))
+        narrowed, err = _judge(reference, model, inputs, lambda xs: model(*_half(xs)))
+        assert honest, dist
+        assert narrowed == (dist == "default"), (dist, err)
+    assert not err.nan_inf_match  # range: +-inf where the truth is finite (nan_inf_mismatch)
+
+
+def test_fp16_matmul_operands_pass_a_tf32_tolerance_and_fail_on_range_only(monkeypatch):
+    """The H200's finding, on a CPU: with the tolerance a TF32 baseline sets (forced here; on a GPU
+    TF32 changes a matmul's output), fp16 operands (TF32's 10-bit mantissa) pass every distribution but
+    `range`, which the protocol reports as a distribution failure with NaN/Inf; TF32-truncated and
+    fp32 operands pass everywhere; bf16 fails on precision, as before."""
+    from kbv.reference import Reference, truncate_tf32
+    from kbv.verdict import Category, Trial
+    from kbv.verified import CorrectnessResult, _failure_category, _finish_categories
+
+    monkeypatch.setattr(Reference, "_tf32_matters", lambda *args: True)
+    module, reference, model = _smoke("1_Matmul")
+    kernels = {"fp16": lambda a, b: a.half().float() @ b.half().float(),
+               "bf16": lambda a, b: a.bfloat16().float() @ b.bfloat16().float(),
+               "tf32": lambda a, b: truncate_tf32(a) @ truncate_tf32(b), "fp32": torch.matmul}
+    trials: dict[str, list[Trial]] = {k: [] for k in kernels}
+    for dist in DISTRIBUTIONS:
+        inputs = draw_inputs(module, VARIANTS[dist][0], 13, torch.device("cpu"))
+        for name, kernel in kernels.items():
+            ok, err = _judge(reference, model, inputs, lambda xs: kernel(*xs))
+            trials[name].append(Trial(dist, 0, ok, category=None if ok else _failure_category(err)))
+    failed = {name: {t.distribution: t.category for t in ts if not t.passed} for name, ts in trials.items()}
+    assert failed["fp16"] == {"range": Category.NAN_INF_MISMATCH}
+    assert failed["tf32"] == {} and failed["fp32"] == {}
+    assert set(failed["bf16"]) >= {"signed", "range"} and set(failed["bf16"].values()) == {Category.PRECISION_LOSS}
+    result = CorrectnessResult(trials["fp16"], [Category.NAN_INF_MISMATCH], {}, None, [])
+    _finish_categories(result)
+    assert result.categories == [Category.NAN_INF_MISMATCH, Category.DISTRIBUTION_FAILURE]

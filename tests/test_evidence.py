@@ -55,3 +55,33 @@ def test_guard_events_and_replaced_primitives_are_hacks_of_their_kind():
     assert Category.DEFERRED_WORK.value in found and Category.SIDE_STREAM.value in found
     assert "30.0 MiB" in found[Category.PERSISTING_L2.value]
     assert "allow_tf32" in found[Category.PRECISION_FLAGS.value]
+
+
+def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_floor():
+    import torch
+
+    from kbv.evidence import RETAINED_FLOOR_BYTES, io_bytes, retained_state
+
+    io = io_bytes([torch.empty(16, 4096), 3, None], [torch.empty(16, 4096)])
+    assert io == 2 * 16 * 4096 * 4  # 512 KiB: tensors only
+    precomputed = {"bytes": 69 * 256 * 1024, "where": ["kbv_candidate.ANSWERS: 69 tensors (cpu, 17.2 MiB)"],
+                   "launches": {"triton:sigmoid_kernel": 69}}
+    category, why = retained_state(precomputed, io)
+    assert category is Category.RETAINED_STATE
+    assert why == ("held 17.2 MiB of tensors after import and construction besides its weights, more than one "
+                   "set of inputs and outputs (512.0 KiB): kbv_candidate.ANSWERS: 69 tensors (cpu, 17.2 MiB); "
+                   "69 launch(es) of its own kernels before its first call (triton:sigmoid_kernel)")
+    # as much as one set of inputs and outputs (an output buffer made once, a workspace) is not flagged
+    big = 4 * io
+    assert retained_state({"bytes": big, "where": ["model.out (cpu, 2.0 MiB)"]}, big) is None
+    assert retained_state({"bytes": big + 1, "where": []}, big)[0] is Category.RETAINED_STATE
+    # the floor: a small problem's 600 KiB table is not precomputed answers
+    assert retained_state({"bytes": RETAINED_FLOOR_BYTES, "where": []}, 4096) is None
+    assert retained_state({"bytes": RETAINED_FLOOR_BYTES + 1, "where": []}, 4096) is not None
+    assert retained_state(None, io) is None and retained_state({}, io) is None
+    # answers registered as a buffer: weights the reference does not have
+    as_buffer = {"bytes": 0, "where": [], "weights_bytes": 17 << 20}
+    assert retained_state(as_buffer, io) is None  # the reference's weights unknown: not judged
+    category, why = retained_state(as_buffer, io, reference_weights_bytes=1 << 20)
+    assert category is Category.RETAINED_STATE and "parameters and buffers 16.0 MiB beyond the reference's" in why
+    assert retained_state({**as_buffer, "weights_bytes": 1 << 20}, io, reference_weights_bytes=1 << 20) is None

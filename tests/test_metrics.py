@@ -1,15 +1,25 @@
 """Run metrics on known inputs: compile and correct rates, fast_p (all counted pairs, strict `>`),
-geomean in log space, skipped pairs left out, pass@k, per-level grouping."""
+geomean in log space, skipped pairs left out, pass@k, per-level grouping, peak-memory ratios."""
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 
-from kbv.metrics import FAST_P, compute_metrics, geometric_mean, metrics_by_group, pass_at_k, pass_at_k_by_model
-from kbv.verdict import Status, Verdict
+from kbv.metrics import (
+    FAST_P,
+    compute_metrics,
+    geometric_mean,
+    metrics_by_group,
+    pass_at_k,
+    pass_at_k_by_model,
+    peak_ratios,
+    raises_peak_memory,
+)
+from kbv.verdict import MemoryStats, Status, Verdict
 
 
 def _verdict(status: Status, speedup: float | None = None, level: int | None = 1, problem: str = "L1/1_A",
@@ -124,3 +134,54 @@ def test_metrics_grouped_by_protocol_and_level() -> None:
     assert std["all"].geomean_speedup == pytest.approx(1.0)
     assert std["L?"].compile_rate == 0.0
     assert groups["verified"]["all"].passed == 1 and groups["verified"]["L1"].fast_p["fast_1"] == 1.0
+
+
+def _with_memory(memory: MemoryStats, baseline: MemoryStats) -> Verdict:
+    return replace(_verdict(Status.VERIFIED, 1.0, protocol="verified"), memory=memory, baseline_memory=baseline)
+
+
+MIB = 1 << 20
+
+
+def test_peak_ratios_give_the_allocator_and_the_device_level_figure() -> None:
+    base = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0, device_bytes=64 * MIB, device_peak_bytes=80 * MIB)
+    raw = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0, device_bytes=64 * MIB, device_peak_bytes=1104 * MIB)
+    assert peak_ratios(raw, base) == {"peak_ratio": 1.0, "device_peak_ratio": pytest.approx(13.8)}
+    old = MemoryStats(peak_bytes=32 * MIB, retained_bytes=0)  # a record from before device peaks
+    assert peak_ratios(old, base) == {"peak_ratio": 0.5, "device_peak_ratio": None}
+    cpu = MemoryStats(peak_bytes=-1, retained_bytes=-1)  # not measured
+    assert peak_ratios(cpu, base) == {"peak_ratio": None, "device_peak_ratio": None}
+    zero = MemoryStats(peak_bytes=0, retained_bytes=0, device_peak_bytes=0)
+    assert peak_ratios(zero, zero) == {"peak_ratio": 1.0, "device_peak_ratio": 1.0}
+    assert peak_ratios(raw, zero)["peak_ratio"] is None  # no ratio to nothing
+    assert peak_ratios(None, base) == {"peak_ratio": None, "device_peak_ratio": None}
+
+
+def test_the_memory_share_takes_the_larger_of_the_allocator_and_device_ratios() -> None:
+    base = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0, device_peak_bytes=80 * MIB)
+    honest = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0, device_peak_bytes=82 * MIB)  # within 10%
+    raw_workspace = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0, device_peak_bytes=1104 * MIB)
+    allocator = MemoryStats(peak_bytes=128 * MIB, retained_bytes=0, device_peak_bytes=80 * MIB)
+    assert not raises_peak_memory(honest, base)
+    assert raises_peak_memory(raw_workspace, base)  # the allocator's figure alone would not show it
+    assert raises_peak_memory(allocator, base)
+    verdicts = [_with_memory(m, base) for m in (honest, raw_workspace, allocator, honest)]
+    assert compute_metrics(verdicts).memory_raising_share == 0.5
+    # one side without a device-level peak: the allocator's figure alone decides
+    old_base = MemoryStats(peak_bytes=64 * MIB, retained_bytes=0)
+    assert not raises_peak_memory(raw_workspace, old_base)
+    assert compute_metrics([_with_memory(raw_workspace, old_base)]).memory_raising_share == 0.0
+    # 1 MiB of slack: a tiny problem's few extra KiB do not count
+    small = MemoryStats(peak_bytes=4096, retained_bytes=0, device_peak_bytes=4096)
+    assert not raises_peak_memory(MemoryStats(peak_bytes=40960, retained_bytes=0, device_peak_bytes=40960), small)
+
+
+def test_old_verdict_records_without_device_peaks_still_load() -> None:
+    record = _with_memory(MemoryStats(1, 2, 3), MemoryStats(4, 5, None)).to_dict()
+    for key in ("memory", "baseline_memory"):
+        del record[key]["device_peak_bytes"]  # what an older kbv wrote
+    back = Verdict.from_dict(record)
+    assert back.memory == MemoryStats(1, 2, 3) and back.memory.device_peak_bytes is None
+    fresh = _with_memory(MemoryStats(1, 2, 3, 4096), MemoryStats(4, 5, 6, 2048))
+    assert Verdict.from_dict(fresh.to_dict()) == fresh
+    assert peak_ratios(fresh.memory, fresh.baseline_memory)["device_peak_ratio"] == 2.0

@@ -319,6 +319,21 @@ FIRES = [
     ("KBV-S506", "from functools import cache\n@cache\ndef run(x):\n    return x\nclass M:\n    def forward(self, x):\n        return run(x)\n"),
     ("KBV-S507", "import torch\nclass ModelNew:\n    def forward(self, x):\n        if x.min() >= 0:\n            return x\n        return x\n"),
     ("KBV-S507", "import torch\nclass ModelNew:\n    def forward(self, x):\n        if torch.all(x >= 0):\n            return x\n"),
+    # input-dependent fast paths: values read on the host in a branch's test
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        if x.min() >= 0:\n            y = ext.fast(x)\n"
+                 "        else:\n            y = ext.full(x)\n        return y\n"),
+    ("KBV-S511", "import torch\nclass ModelNew:\n    def forward(self, x):\n        out = ext.f(x)\n"
+                 "        if torch.all(x >= 0):\n            out = x.clone()\n        return out\n"),
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        m = x.abs().max().item()\n"
+                 "        return ext.a(x) if m < 1e3 else ext.b(x)\n"),
+    ("KBV-S511", "class ModelNew:\n    def forward(self, a, b):\n        while bool((a - b).abs().sum()):\n"
+                 "            a = ext.step(a)\n        return a\n"),
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        y = x.contiguous()\n        if y[0, 0] > 0:\n"
+                 "            pass\n        return ext.f(y)\n"),
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        if x.flatten()[:4].tolist() == [0, 0, 0, 0]:\n"
+                 "            pass\n        return ext.f(x)\n"),
+    ("KBV-S511", "import torch\nclass ModelNew:\n    def forward(self, x):\n        if torch.any(torch.isnan(x)):\n"
+                 "            pass\n        return ext.f(x)\n"),
     ("KBV-S508", "class M:\n    def forward(self, x):\n        self.calls += 1\n        if self.calls > 5:\n"
                  "            return self.last\n        self.last = ext.f(x)\n        return self.last\n"),
     ("KBV-S508", "class M:\n    def forward(self, a):\n        k = a.data_ptr()\n        if k == self._k:\n"
@@ -466,6 +481,22 @@ QUIET = [
     ("KBV-S502", "def f(x):\n    assert x.data_ptr() % 16 == 0 and x.data_ptr() != 0\n"),
     ("KBV-S504", "def f(out, x):\n    out[:, : x.shape[1]] = 0\n"),
     ("KBV-S507", "class ModelNew:\n    def forward(self, x):\n        if x.numel() == 0:\n            return x\n        return x\n"),
+    # shapes, strides, dtypes and flags are known without reading the data
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        if x.shape[0] > 4:\n            return ext.big(x)\n"
+                 "        return ext.small(x)\n"),
+    ("KBV-S511", "import torch\nclass ModelNew:\n    def forward(self, x):\n"
+                 "        if x.is_contiguous() and x.numel() and len(x) > 1 and x.size(1) == 3 and x.dtype == torch.float32:\n"
+                 "            pass\n        n = x.numel()\n        while n > 1:\n            n //= 2\n"
+                 "        return ext.g(x) if x.stride(0) == 1 else ext.h(x)\n"),
+    # the model's own state, and helpers outside forward, are not its inputs
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        if self.scale.item() > 1 or self.training:\n"
+                 "            pass\n        self.last = x\n        if self.last is None:\n            pass\n"
+                 "        return ext.f(x)\n"),
+    ("KBV-S511", "class ModelNew:\n    def __init__(self, w):\n        if w.max() > 1:\n            pass\n"
+                 "    def forward(self, x):\n        return ext.f(x)\n"),
+    # reductions on the device, never read: no host branch
+    ("KBV-S511", "class ModelNew:\n    def forward(self, x):\n        m = x.max(dim=1, keepdim=True).values\n"
+                 "        return ext.f(x - m)\n"),
     ("KBV-S601", "import torch\ndef f(x):\n    if x.dtype in (torch.float16, torch.bfloat16):\n        raise TypeError\n"),
     ("KBV-S602", "import triton.language as tl\ndef k(a, b):\n    return tl.dot(a, b, input_precision='ieee')\n"),
     ("KBV-S606", cuda("__global__ void k(float* x, int n) { int half = n / 2; x[half] = 0.f; }\nvoid f() { k<<<1, 1>>>(0, 0); }")),
@@ -493,6 +524,27 @@ QUIET = [
 @pytest.mark.parametrize("rule,code", QUIET, ids=[f"{r}-{i}" for i, (r, _) in enumerate(QUIET)])
 def test_rule_stays_quiet(rule, code):
     assert rule not in rules(code)
+
+
+def test_a_fast_path_finding_is_advisory_and_an_early_return_is_reported_once():
+    found = [(f.rule, f.line) for f in scan("""
+        import torch
+        class ModelNew(torch.nn.Module):
+            def forward(self, x):
+                if torch.all(x >= 0):  # ReLU of non-negative inputs is a copy
+                    return ext.copy(x)
+                y = ext.relu(x)
+                return y if x.abs().max() < 1e30 else ext.relu_safe(x)
+        """) if f.rule in ("KBV-S507", "KBV-S511")]
+    assert found == [("KBV-S507", 5), ("KBV-S511", 8)]  # the early return is the more telling rule
+    fast = next(f for f in scan_source(textwrap.dedent("""
+        class ModelNew:
+            def forward(self, x):
+                return ext.a(x) if x.abs().max() < 1e30 else ext.b(x)
+        """)) if f.rule == "KBV-S511")
+    assert fast.severity == "warning" and fast.line == 4
+    assert fast.message.startswith("... if x.abs().max() < 1e+30: forward reads input values on the host")
+    assert fast.category is Category.DISTRIBUTION_FAILURE  # a hint, never a status: findings are evidence
 
 
 def test_precision_rules_are_silent_in_fp16_problems():

@@ -1,9 +1,22 @@
-"""The hidden input suite of the verified protocol: four distributions, secret seeds, calibration.
+"""The hidden input suite of the verified protocol: five distributions, secret seeds, calibration.
 
 - `default`: the problem's own `get_inputs()`, reseeded;
 - `signed`: zero-mean, sign-mixed (standard normal);
 - `large`: magnitudes around 1e3;
-- `small`: magnitudes around 1e-3.
+- `small`: magnitudes around 1e-3;
+- `range`: fp32's dynamic range, beyond fp16's. An fp32 problem promises fp32's range, and fp16's
+  10-bit mantissa equals TF32's, so a kernel that narrows its operands or intermediates to fp16 passes
+  every tolerance calibrated on a TF32 baseline; only its range gives it away. The first variant draws
+  log-uniform magnitudes over [1e-7, 1e6] with random signs: about 9% of the values lie beyond fp16's
+  largest finite value (65504), where fp16 gives inf, and about 21% below its smallest normal (6.1e-5),
+  where it keeps few bits or none. Then positive-only, then the two ends apart: normal x 1e5 and
+  uniform [0.5, 1.5) x 1e5 (overflow only), normal x 1e-6 and uniform x 1e-6 (underflow only).
+  The error measure is scale-invariant (relative to the output's rms), so where huge and tiny values
+  meet in one output the tiny ones are swamped: the first variant catches overflow everywhere, but
+  underflow only where outputs stay on their inputs' scale (normalisations); the tiny-only steps are
+  taken only when the wider variants are unusable.
+  TODO: an underflow-only trial on problems that take the first variant would need a sixth
+  distribution (or per-trial variants); two more trials per problem were not worth it yet.
 
 Only continuous floating-point inputs are redrawn. Integer and boolean inputs, and float inputs that
 hold a few distinct values (masks, +-1 targets), keep what the problem's own generator drew for the
@@ -11,13 +24,14 @@ same seed. Shapes and dtypes never change.
 
 Calibration picks, per problem and distribution, the first variant on which the reference stays
 finite and non-degenerate (e.g. log of negatives steps `signed` to `positive`; exp overflow steps
-`large` down to 1e2), or marks the distribution not applicable with the reason. A problem file can
-pin variants with a module-level dict, e.g. `KBV_DISTRIBUTIONS = {"signed": "positive", "large": "skip"}`.
+`large` down to 1e2 and `range` to its tiny end), or marks the distribution not applicable with the
+reason. A problem file can pin variants with a module-level dict, e.g. `KBV_DISTRIBUTIONS = {"signed": "positive", "range": "skip"}`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +41,7 @@ import torch
 
 from kbv.inputs import rng_isolated, set_seed, to_device
 
-DISTRIBUTIONS = ("default", "signed", "large", "small")
+DISTRIBUTIONS = ("default", "signed", "large", "small", "range")
 FEW_VALUES = 16  # a float input with at most this many distinct values is categorical
 CALIBRATION_SEED = 1_234_567
 
@@ -35,8 +49,11 @@ CALIBRATION_SEED = 1_234_567
 @dataclass(frozen=True)
 class Variant:
     name: str
-    sign: str  # "problem" (the problem's own values) | "mixed" (normal) | "positive" (uniform [0.5, 1.5))
+    # "problem" (the problem's own values) | "mixed" (normal) | "positive" (uniform [0.5, 1.5)) |
+    # "log-mixed" / "log-positive" (magnitudes log-uniform over [low, scale], random / positive signs)
+    sign: str
     scale: float
+    low: float = 0.0  # the log-* variants' smallest magnitude
 
 
 VARIANTS: dict[str, tuple[Variant, ...]] = {
@@ -48,7 +65,13 @@ VARIANTS: dict[str, tuple[Variant, ...]] = {
               Variant("normal-10", "mixed", 10.0), Variant("positive-10", "positive", 10.0)),
     "small": (Variant("normal-1e-3", "mixed", 1e-3), Variant("positive-1e-3", "positive", 1e-3),
               Variant("normal-1e-2", "mixed", 1e-2), Variant("positive-1e-2", "positive", 1e-2)),
+    "range": (Variant("log-1e-7-1e6", "log-mixed", 1e6, 1e-7),
+              Variant("log-positive-1e-7-1e6", "log-positive", 1e6, 1e-7),
+              Variant("normal-1e5", "mixed", 1e5), Variant("positive-1e5", "positive", 1e5),
+              Variant("normal-1e-6", "mixed", 1e-6), Variant("positive-1e-6", "positive", 1e-6)),
 }
+FP16_MAX = 65504.0  # fp16's largest finite value: the `range` distribution goes past it ...
+FP16_TINY = 2.0 ** -14  # ... and below its smallest normal (6.1e-5)
 PIN_ATTRIBUTE = "KBV_DISTRIBUTIONS"
 
 
@@ -95,11 +118,23 @@ def is_continuous(x: Any) -> bool:
 
 
 def _redraw(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:
+    if variant.sign.startswith("log-"):
+        return _log_uniform(x, variant, gen)
     if variant.sign == "mixed":
         values = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
     else:
         values = 0.5 + torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32)
     return (values * variant.scale).to(x.dtype)
+
+
+def _log_uniform(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:
+    """Magnitudes log-uniform over [variant.low, variant.scale]; signs random for "log-mixed"."""
+    lo, hi = math.log(variant.low), math.log(variant.scale)
+    values = torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    values.mul_(hi - lo).add_(lo).exp_()  # in place: full-size inputs are GBs
+    if variant.sign == "log-mixed":
+        values.mul_(torch.rand(x.shape, generator=gen, device=x.device).lt_(0.5).mul_(-2).add_(1))
+    return values.to(x.dtype)
 
 
 def pinned_variants(module: types.ModuleType, origin: str) -> dict[str, str | None]:

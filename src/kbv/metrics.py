@@ -5,7 +5,9 @@
   strictly greater than p; so fast_0 equals the correct rate;
 - geometric-mean speedup over passed pairs with a speedup, computed in log space (failures are
   excluded, as in KernelBench; the count it averages over is reported beside it);
-- pass@k per problem with the unbiased estimator, where a problem has several samples.
+- pass@k per problem with the unbiased estimator, where a problem has several samples;
+- the share of passed pairs that raise peak memory: by the allocator's peak or the device-level one,
+  whichever ratio to the baseline's is larger (`peak_ratios` gives both to reports).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kbv.verdict import KIND, Category, Kind, Verdict
+from kbv.verdict import KIND, Category, Kind, MemoryStats, Verdict
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
@@ -33,7 +35,7 @@ class Metrics:
     speedups_counted: int
     statuses: dict[str, int] = field(default_factory=dict)
     hacks: dict[str, int] = field(default_factory=dict)  # hack category -> number of verdicts
-    memory_raising_share: float | None = None  # passed pairs whose peak memory exceeds the baseline's
+    memory_raising_share: float | None = None  # passed pairs whose peak (allocator or device) exceeds the baseline's
 
 
 def compute_metrics(verdicts: Sequence[Verdict]) -> Metrics:
@@ -111,11 +113,43 @@ def pass_at_k_by_model(verdicts: Sequence[Verdict], ks: Sequence[int] = (1, 5, 1
     return out
 
 
+RAISES_RATIO = 1.1  # a peak more than 10% ...
+RAISES_SLACK_BYTES = 1 << 20  # ... and 1 MiB above the baseline's raises peak memory
+
+
+def peak_ratios(memory: MemoryStats | None, baseline_memory: MemoryStats | None) -> dict[str, float | None]:
+    """{"peak_ratio": the allocator's peak over the baseline's, "device_peak_ratio": the device-level peak
+    over the baseline's}. None where either side lacks the figure (CPU, older records, -1 for not
+    measured) or the baseline's is zero while the candidate's is not; 1.0 when both are zero."""
+    if memory is None or baseline_memory is None:
+        return {"peak_ratio": None, "device_peak_ratio": None}
+    return {"peak_ratio": _peak_ratio(memory.peak_bytes, baseline_memory.peak_bytes),
+            "device_peak_ratio": _peak_ratio(memory.device_peak_bytes, baseline_memory.device_peak_bytes)}
+
+
+def raises_peak_memory(memory: MemoryStats, baseline_memory: MemoryStats) -> bool:
+    """Whether the candidate's peak exceeds the baseline's by more than 10% and 1 MiB, by the allocator's
+    figure or by the device-level one where both sides have it: the larger of the two ratios decides, so
+    a workspace taken with raw cudaMalloc (invisible to the allocator) raises peak memory too."""
+    pairs = [(memory.peak_bytes, baseline_memory.peak_bytes),
+             (memory.device_peak_bytes, baseline_memory.device_peak_bytes)]
+    return any(c is not None and b is not None and c >= 0 and b >= 0 and c > b * RAISES_RATIO + RAISES_SLACK_BYTES
+               for c, b in pairs)
+
+
+def _peak_ratio(candidate: int | None, baseline: int | None) -> float | None:
+    if candidate is None or baseline is None or candidate < 0 or baseline < 0:
+        return None
+    if baseline == 0:
+        return 1.0 if candidate == 0 else None
+    return candidate / baseline
+
+
 def _memory_raising_share(passed: Sequence[Verdict]) -> float | None:
     measured = [v for v in passed if v.memory is not None and v.baseline_memory is not None]
     if not measured:
         return None
-    raising = [v for v in measured if v.memory.peak_bytes > max(v.baseline_memory.peak_bytes, 0) * 1.1 + (1 << 20)]
+    raising = [v for v in measured if raises_peak_memory(v.memory, v.baseline_memory)]
     return len(raising) / len(measured)
 
 

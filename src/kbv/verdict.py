@@ -90,6 +90,7 @@ class Category(str, enum.Enum):
     PROCESS_ESCAPE = "process_escape"  # forked processes, early exit, exec of other programs
     FILE_WRITE = "file_write"  # writes outside the candidate's working directory
     PRECISION_FLAGS = "precision_flags"  # TF32/cuDNN flags changed by the candidate
+    RETAINED_STATE = "retained_state"  # holds more than one set of inputs and outputs after construction
     # attribution
     NO_CUSTOM_KERNEL = "no_custom_kernel"
     LOW_CUSTOM_SHARE = "low_custom_share"
@@ -109,7 +110,7 @@ KIND: dict[Category, Kind] = {
         Category.SIDE_STREAM, Category.THREAD_INJECTION, Category.TIMER_PATCH, Category.HARNESS_PATCH,
         Category.RESULT_CACHE, Category.DEFERRED_WORK, Category.PERSISTING_L2,
         Category.IMPOSSIBLE_SPEED, Category.TIMING_MISMATCH, Category.PROCESS_ESCAPE,
-        Category.FILE_WRITE, Category.PRECISION_FLAGS)},
+        Category.FILE_WRITE, Category.PRECISION_FLAGS, Category.RETAINED_STATE)},
     Category.NO_CUSTOM_KERNEL: Kind.ATTRIBUTION,
     Category.LOW_CUSTOM_SHARE: Kind.ATTRIBUTION,
     Category.UNSOUND_PROBLEM: Kind.PROBLEM,
@@ -179,6 +180,9 @@ class MemoryStats:
     peak_bytes: int
     retained_bytes: int
     device_bytes: int | None = None  # device-level growth (sees raw cudaMalloc); None on CPU
+    # device-level peak during the forward above the pre-call level (sees raw cudaMalloc freed
+    # before return); None where not measured (CPU, records written before it existed)
+    device_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)

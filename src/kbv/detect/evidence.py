@@ -1,12 +1,14 @@
-"""What a child's reports around one checked call mean: integrity violations and hack evidence.
+"""What a child's reports mean: integrity violations and hack evidence around one checked call, and the
+state a candidate holds after its construction (`retained_state`).
 
-Pure functions of the reply records (`Child.op_forward` builds them); the verdict's categories come
-from here. The child's guards can be tampered with by the candidate in its process: their reports are
+Pure functions of the reply records (`Child.op_forward` and `Child.op_load` build them); the verdict's
+categories come from here. The child's guards can be tampered with by the candidate in its process: their reports are
 evidence of what was done, not proof of what was not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kbv.verdict import Category
@@ -69,3 +71,43 @@ def guard_evidence(report: dict[str, Any]) -> dict[str, str]:
     if report.get("flags_changed"):
         hacks.setdefault(Category.PRECISION_FLAGS.value, f"precision flags changed by the call: {report['flags_changed']}")
     return hacks
+
+
+RETAINED_FLOOR_BYTES = 1 << 20  # held tensors under 1 MiB are never flagged: tables, constants, small scratch
+
+
+def io_bytes(inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
+    """The bytes of one set of inputs and outputs (tensors only): what `retained_state` compares with."""
+    import torch
+
+    return sum(t.numel() * t.element_size() for t in [*inputs, *outputs] if isinstance(t, torch.Tensor))
+
+
+def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,
+                   reference_weights_bytes: int | None = None) -> tuple[Category, str] | None:
+    """`retained_state` when the tensors a candidate holds after import and construction, beyond its
+    parameters and buffers (the load reply's `retained`, from `kbv.sandbox.retained.find_retained`),
+    exceed one set of inputs plus outputs and `RETAINED_FLOOR_BYTES`: room for precomputed answers,
+    more than any workspace a forward needs at once. With `reference_weights_bytes` (the reference's
+    state_dict), parameters and buffers beyond the reference's count as held too: answers registered
+    as a buffer. None otherwise, or when nothing was measured."""
+    from kbv.sandbox.retained import format_bytes
+
+    if not retained:
+        return None
+    held = int(retained.get("bytes") or 0)
+    extra = 0
+    if reference_weights_bytes is not None and retained.get("weights_bytes") is not None:
+        extra = max(int(retained["weights_bytes"]) - reference_weights_bytes, 0)
+    if held < 0 or held + extra <= max(inputs_outputs_bytes, RETAINED_FLOOR_BYTES):
+        return None
+    where = list(retained.get("where", []))[:4]
+    if extra:
+        where.append(f"parameters and buffers {format_bytes(extra)} beyond the reference's")
+    launches = retained.get("launches") or {}
+    work = (f"; {sum(launches.values())} launch(es) of its own kernels before its first call "
+            f"({', '.join(sorted(launches))[:120]})") if launches else ""
+    return Category.RETAINED_STATE, (
+        f"held {format_bytes(held + extra)} of tensors after import and construction besides its weights, "
+        f"more than one set of inputs and outputs ({format_bytes(inputs_outputs_bytes)}): "
+        f"{'; '.join(map(str, where)) or 'not named'}{work}")

@@ -162,7 +162,15 @@ class Child:
             self.guards._note("precision_flags", "precision flags changed while the model was built: " + ", ".join(
                 f"{k}: {policy_flags.get(k)} -> {v}" for k, v in self.flags_after_load.items() if policy_flags.get(k) != v))
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
-        return {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
+        reply = {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
+        if cmd["source"] == "candidate":  # what it holds beyond its weights (kbv.sandbox.retained)
+            from kbv.sandbox.retained import find_retained
+
+            reply["retained"] = find_retained(sys.modules.get("kbv_candidate"), model,
+                                              [self.kept, self.pool, self.flush])
+            if self.calls == 0:  # before any call: its own launches were all at import and construction
+                reply["retained"]["launches"] = dict(self.guards.launches)
+        return reply
 
     def _model_class(self, cmd: dict[str, Any]) -> Any:
         if cmd["source"] == "candidate":

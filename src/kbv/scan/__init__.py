@@ -10,6 +10,7 @@ Findings are evidence attached to the verdict as warnings; the dynamic checks de
     names.py   what a Python name or string expression stands for (imports, aliases, getattr chains)
     python.py  every rule over a Python syntax tree; hands the contents of strings to cpp.py
     cache.py   result caches keyed by pointers, ids, hashes or shapes; memoized or replayed forwards
+    fastpath.py  input-dependent fast paths: forward branching on input values read on the host
     cpp.py     string contents: plain Python literals, and embedded C++/CUDA (tokenizer and rules)
 """
 

@@ -18,6 +18,7 @@ from kbv.scan.cpp import (
     cpp_kernels,
     cpp_tokens,
 )
+from kbv.scan.fastpath import _FastPathScan
 from kbv.scan.names import (
     _constant_in,
     _dotted,
@@ -343,6 +344,7 @@ class _PythonScan:
         for evidence, line in self.compute_calls(forward.body, in_forward=True):
             self.hit("KBV-S707", evidence, line)
         self.on_probes(forward)
+        _FastPathScan(self, forward).run()
 
     def on_probes(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         params = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args, *forward.args.kwonlyargs)} - {"self"}

@@ -51,6 +51,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("KBV-S507", "warning", C.DISTRIBUTION_FAILURE, "forward returns early on a statistic of its input"),
     Rule("KBV-S508", "error", C.RESULT_CACHE, "forward may return what an earlier call stored on self"),
     Rule("KBV-S509", "warning", C.RESULT_CACHE, "C++ keeps tensors in static storage across calls"),
+    Rule("KBV-S511", "warning", C.DISTRIBUTION_FAILURE,
+         "forward reads input values on the host to choose a path (its speed depends on its data; advisory)"),
     Rule("KBV-S601", "warning", C.PRECISION_LOSS, "reduced-precision dtype or cast in an fp32 problem", True),
     Rule("KBV-S602", "warning", C.PRECISION_LOSS, "Triton dot in TF32 in an fp32 problem", True),
     Rule("KBV-S603", "info", C.PRECISION_LOSS, "tl.dot without input_precision is TF32 on fp32 operands", True),
