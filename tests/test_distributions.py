@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 
-from kbv.compare import Tolerance, allowed_error, measure_error, within
+from kbv.compare import Tolerance
 from kbv.distributions import (
     DISTRIBUTIONS,
     FP16_MAX,
@@ -161,7 +161,7 @@ def test_every_bundled_problem_takes_the_widest_range_variant():
     """Softmax subtracts its row max, sigmoid and tanh saturate, norms divide the scale out, and the
     squares of 1e6 (MSE, RMSNorm, LayerNorm's variance) stay far inside fp32: every reference of the
     bundled suite stays finite and non-degenerate on log-uniform [1e-7, 1e6] with random signs."""
-    from kbv.suite import load_suite
+    from kbv.problems import load_suite
 
     problems = load_suite("smoke")
     assert len(problems) >= 16
@@ -206,10 +206,12 @@ def test_range_can_be_pinned_or_skipped_by_the_problem():
 
 
 def _judge(reference, model, inputs, candidate):
-    """(passed, error) of `candidate(inputs)` under the verified protocol's acceptance test."""
+    """(passed, judgement) of `candidate(inputs)` under the verified protocol's acceptance test."""
+    from kbv.compare import judge_outputs
+
     ev = reference.evaluate(model, inputs)
-    err = measure_error(ev.truth[0], candidate(inputs))
-    return within(err, allowed_error(ev.baseline_err[0], Tolerance())), err
+    j = judge_outputs([candidate(inputs)], ev.truth[:1], ev.baseline_err[:1], Tolerance())
+    return j.passed, j
 
 
 def _half(inputs):
@@ -219,7 +221,7 @@ def _half(inputs):
 def _smoke(name):
     from kbv.problems import instantiate_problem
     from kbv.reference import Reference
-    from kbv.suite import load_suite
+    from kbv.problems import load_suite
 
     module = instantiate_problem(next(p for p in load_suite("smoke") if p.name == name))
     reference = Reference(module, list(module.get_init_inputs()), torch.device("cpu"), "tf32")
@@ -236,7 +238,7 @@ def test_fp16_storage_overflows_on_range_where_honest_fp32_passes():
         narrowed, err = _judge(reference, model, inputs, lambda xs: model(*_half(xs)))
         assert honest, dist
         assert narrowed == (dist == "default"), (dist, err)
-    assert not err.nan_inf_match  # range: +-inf where the truth is finite (nan_inf_mismatch)
+    assert not err.worst.nan_inf_match  # range: +-inf where the truth is finite (nan_inf_mismatch)
 
 
 def test_fp16_matmul_operands_pass_a_tf32_tolerance_and_fail_on_range_only(monkeypatch):
@@ -246,7 +248,7 @@ def test_fp16_matmul_operands_pass_a_tf32_tolerance_and_fail_on_range_only(monke
     fp32 operands pass everywhere; bf16 fails on precision, as before."""
     from kbv.reference import Reference, truncate_tf32
     from kbv.verdict import Category, Trial
-    from kbv.verified import CorrectnessResult, _failure_category, _finish_categories
+    from kbv.protocols.verified.correctness import CorrectnessResult, _distribution_failure, _failure_category
 
     monkeypatch.setattr(Reference, "_tf32_matters", lambda *args: True)
     module, reference, model = _smoke("1_Matmul")
@@ -263,6 +265,6 @@ def test_fp16_matmul_operands_pass_a_tf32_tolerance_and_fail_on_range_only(monke
     assert failed["fp16"] == {"range": Category.NAN_INF_MISMATCH}
     assert failed["tf32"] == {} and failed["fp32"] == {}
     assert set(failed["bf16"]) >= {"signed", "range"} and set(failed["bf16"].values()) == {Category.PRECISION_LOSS}
-    result = CorrectnessResult(trials["fp16"], [Category.NAN_INF_MISMATCH], {}, None, [])
-    _finish_categories(result)
+    result = CorrectnessResult(trials["fp16"], [Category.NAN_INF_MISMATCH])
+    _distribution_failure(result)
     assert result.categories == [Category.NAN_INF_MISMATCH, Category.DISTRIBUTION_FAILURE]

@@ -60,7 +60,7 @@ def test_guard_events_and_replaced_primitives_are_hacks_of_their_kind():
 def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_floor():
     import torch
 
-    from kbv.evidence import RETAINED_FLOOR_BYTES, io_bytes, retained_state
+    from kbv.detect.evidence import RETAINED_FLOOR_BYTES, io_bytes, retained_state
 
     io = io_bytes([torch.empty(16, 4096), 3, None], [torch.empty(16, 4096)])
     assert io == 2 * 16 * 4096 * 4  # 512 KiB: tensors only

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from kbv.evidence import io_bytes, retained_state
+from kbv.detect.evidence import io_bytes, retained_state
 from kbv.sandbox import ChildSpec, Sandbox, SharedArena
 from kbv.sandbox.retained import find_retained, format_bytes
 from kbv.verdict import Category

@@ -284,3 +284,8 @@ def finish_verdict(base: Verdict, started: float, **changes: Any) -> Verdict:
     if verdict.flags and Category.UNSOUND_PROBLEM not in verdict.categories:
         verdict = dataclasses.replace(verdict, categories=verdict.categories + (Category.UNSOUND_PROBLEM,))
     return verdict
+
+
+def hack_categories(categories: tuple[Category, ...]) -> tuple[Category, ...]:
+    """The categories that are evidence of a hack."""
+    return tuple(c for c in categories if KIND[c] is Kind.HACK)

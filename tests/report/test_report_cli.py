@@ -16,7 +16,7 @@ from typer.testing import CliRunner, Result
 
 from kbv.api import EvalConfig, evaluate
 from kbv.cli import app
-from kbv.executor import FakeExecutor, Job
+from kbv.executors import FakeExecutor, Job
 from kbv.verdict import Category, MemoryStats, Status, Verdict
 from pagetree import parse
 from records import SAMPLE, verdict, write_run
