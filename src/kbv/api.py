@@ -10,25 +10,29 @@ The CLI is a thin layer over these two functions.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import as_completed
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kbv.candidates import Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UsageError
-from kbv.executors import Executor, Job
+from kbv.executors import Executor, Job, ProtocolRunner
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.problems import load_problems
 from kbv.provenance import collect_provenance, device_fingerprint
-from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device
+from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device, resolve_devices
 from kbv.store import Store, open_store, pair_key
 from kbv.verdict import Verdict
 
 PROTOCOL_CHOICES = ("standard", "verified", "both")
+EXECUTOR_CHOICES = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,9 @@ class EvalConfig:
     problems: str = "smoke"
     protocol: str = "standard"  # standard | verified | both
     device: str = "auto"
+    devices: str | None = None  # local lanes, one per device: auto | 0,1,3 | cpu,cpu (None: `device` alone)
+    executor: str = "local"  # local | ray
+    ray_address: str | None = None  # auto | HOST:PORT | ray://HOST:PORT; None: a running local Ray, else a new one
     run_dir: str | None = None  # default: kbv-runs/<candidates name>
     seed: int | None = None  # the verified protocol's secret seed (random when None)
     timeout_s: float = 300.0
@@ -98,23 +105,25 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
     """
     protocols = _protocols(config.protocol)
     _validate(config)
-    device = resolve_device(config.device)
+    local = executor is not None or config.executor == "local"
+    devices = _devices(config) if local else ()  # under Ray, a worker says what its device is
     problems = load_problems(config.problems)
     pairing = load_candidates(config.candidates, problems)
     if not pairing.pairs:
         reasons = "; ".join(f"{u.candidate.origin}: {u.reason}" for u in pairing.unpaired[:3])
         raise UsageError(f"No candidate pairs with a problem of '{config.problems}'. {reasons}".strip())
-    settings = _settings(config, device)
-    run_dir = settings.run_dir
-    with open_store(run_dir) as store:
+    secret = _secret(config)
+    with contextlib.ExitStack() as stack:
+        cluster, probe = (None, None) if local else _connect(config, stack)
+        devices = (probe["device"],) if probe else devices
+        settings = _settings(config, devices[0], probe)
+        store = stack.enter_context(open_store(settings.run_dir))
         store.record_invocation(asdict(config), settings.provenance)
-        runners = _runners(config, settings, store)
-        jobs, resumed = _jobs(pairing.pairs, protocols, runners, settings, store)
+        runners = _runners(config, settings, store, secret)
+        jobs, resumed, keys = _jobs(pairing.pairs, protocols, runners, settings, store)
         own_executor = executor is None
         if executor is None:
-            from kbv.executors.local import LocalExecutor
-
-            executor = LocalExecutor(settings, runners)
+            executor = _executor(config, settings, devices, runners, store, secret, cluster)
         try:
             evaluated, failures = _run_jobs(jobs, executor, store, progress, len(resumed))
         except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
@@ -123,9 +132,8 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
         finally:
             if own_executor:
                 executor.close()
-        keys = [j.key for j in jobs] + resumed
-        verdicts = tuple(store.verdicts(keys))
-    return RunResult(run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()))
+        verdicts = tuple(store.verdicts_of(keys))  # in problem order, however they completed
+    return RunResult(settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()))
 
 
 def load_report(run_dir: str | Path) -> Report:
@@ -159,9 +167,77 @@ def _validate(config: EvalConfig) -> None:
         raise UsageError("--tolerance must be between 0 and 1 (KernelBench uses 1e-2 or 1e-4).")
     if config.jobs < 0:
         raise UsageError("--jobs must be >= 0 (0 picks one per core).")
+    if config.executor not in EXECUTOR_CHOICES:
+        raise UsageError(f"Unknown executor '{config.executor}': expected local or ray.")
+    if config.executor == "ray" and config.devices is not None:
+        raise UsageError("--devices is for the local executor; under --executor ray, Ray places each pair on a GPU.")
+    if config.executor == "local" and config.ray_address is not None:
+        raise UsageError("--ray-address needs --executor ray.")
+    if config.devices is not None and config.device.strip().lower() != "auto":
+        raise UsageError("Give --device or --devices, not both.")
 
 
-def _settings(config: EvalConfig, device: str) -> Settings:
+def _secret(config: EvalConfig) -> bytes:
+    """The verified protocol's secret: made here, by the parent (the driver), and nowhere else."""
+    return config.seed.to_bytes(16, "big", signed=True) if config.seed is not None else os.urandom(32)
+
+
+def _devices(config: EvalConfig) -> tuple[str, ...]:
+    """The local lanes' devices: `--devices`, else the one `--device`."""
+    return resolve_devices(config.devices) if config.devices is not None else (resolve_device(config.device),)
+
+
+def _connect(config: EvalConfig, stack: contextlib.ExitStack) -> tuple[Any, dict[str, Any]]:
+    """Under --executor ray: the cluster (disconnected when `stack` closes) and what a worker said
+    about its device (`kbv.executors.ray.RayCluster.probe`)."""
+    from kbv.executors.ray import connect
+
+    cluster = stack.enter_context(connect(config.ray_address))
+    return cluster, cluster.probe(config.device, config.timeout_s)
+
+
+def _executor(config: EvalConfig, settings: Settings, devices: tuple[str, ...], runners: dict[str, ProtocolRunner],
+              store: Store, secret: bytes, cluster: Any) -> Executor:
+    if cluster is not None:
+        from kbv.executors.ray import RayExecutor
+
+        return RayExecutor(cluster, settings, runners, RunnerRecipe(replace(config, seed=None)), secret)
+    return _lanes(config, settings, devices, runners, store, secret)
+
+
+def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], runners: dict[str, ProtocolRunner],
+           store: Store, secret: bytes) -> Executor:
+    """One lane per device, with its own runners (one secret for all), one build pool, and one quiet
+    lock per distinct device. Lanes must be alike: a verdict's resume key names the device model."""
+    from kbv.executors.lanes import LanesExecutor
+    from kbv.executors.local import BuildPool, LocalExecutor
+
+    builds = BuildPool(settings)
+    quiet: dict[str, threading.RLock] = {}
+    lanes = [LocalExecutor(settings, runners, builds, quiet.setdefault(settings.device, threading.RLock()))]
+    for device in devices[1:]:
+        lane = replace(settings, device=device, provenance=collect_provenance(device))
+        if device_fingerprint(lane.provenance) != device_fingerprint(settings.provenance):
+            builds.shutdown(wait=False)
+            raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
+                             f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
+        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds,
+                                   quiet.setdefault(device, threading.RLock())))
+    return LanesExecutor(lanes, builds)
+
+
+@dataclass(frozen=True)
+class RunnerRecipe:
+    """How a Ray worker makes this run's protocol runners: the config's rules, never its seed; the
+    secret travels apart, as a task argument of its own (see `kbv.executors.ray`)."""
+
+    config: EvalConfig
+
+    def make(self, settings: Settings, secret: bytes) -> dict[str, ProtocolRunner]:
+        return _runners(self.config, settings, None, secret)
+
+
+def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None) -> Settings:
     run_dir = Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)
     jobs = config.jobs or min(8, os.cpu_count() or 1)
     cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
@@ -172,9 +248,12 @@ def _settings(config: EvalConfig, device: str) -> Settings:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"{option} {path}: cannot create the directory: {exc.strerror or exc}") from exc
+    # under Ray the device is a worker's: it described itself (`probe`); this machine may have no GPU
+    arch = probe["cuda_arch_list"] if probe else cuda_arch_list(device)
+    provenance = dict(probe["provenance"]) if probe else collect_provenance(device)
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
-                    cuda_arch_list=cuda_arch_list(device), provenance=collect_provenance(device))
+                    cuda_arch_list=arch, provenance=provenance)
 
 
 def _slug(path: str) -> str:
@@ -182,18 +261,20 @@ def _slug(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
 
 
-def _runners(config: EvalConfig, settings: Settings, store: Store) -> dict[str, Any]:
+def _runners(config: EvalConfig, settings: Settings, store: Store | None, secret: bytes) -> dict[str, Any]:
+    """One runner per protocol, on `settings.device`. `store` caches the standard baselines (None on a
+    Ray worker, which has no store)."""
     from kbv.protocols.standard import StandardProtocol, StandardRunner
 
     fingerprint = device_fingerprint(settings.provenance)
     runners: dict[str, Any] = {
         "standard": StandardRunner(StandardProtocol(tolerance=config.tolerance), settings, store, fingerprint)}
     if "verified" in _protocols(config.protocol):
-        runners["verified"] = _verified_runner(config, settings)
+        runners["verified"] = _verified_runner(config, settings, secret)
     return runners
 
 
-def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
+def _verified_runner(config: EvalConfig, settings: Settings, secret: bytes) -> Any:
     from kbv.protocols.verified.rules import BASELINES, VerifiedProtocol
     from kbv.protocols.verified.runner import VerifiedRunner
     from kbv.protocols.verified.timer import TimerConfig
@@ -217,7 +298,6 @@ def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
     if config.timer_budget_s <= 0:
         raise UsageError("--timer-budget must be positive.")
     timer = TimerConfig(stop=StopRule(target=config.ci_target, max_time_s=config.timer_budget_s))
-    secret = config.seed.to_bytes(16, "big", signed=True) if config.seed is not None else os.urandom(32)
     settings.provenance["verified_secret_sha256"] = hashlib.sha256(secret).hexdigest()[:16]
     if config.seed is not None:
         settings.provenance["verified_seed"] = config.seed
@@ -225,10 +305,11 @@ def _verified_runner(config: EvalConfig, settings: Settings) -> Any:
 
 
 def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str, Any], settings: Settings,
-          store: Store) -> tuple[list[Job], list[str]]:
+          store: Store) -> tuple[list[Job], list[str], list[str]]:
+    """The jobs to run, the keys already stored (resumed), and every key in problem order."""
     device_fp = device_fingerprint(settings.provenance)
     done = store.keys()
-    jobs, resumed = [], []
+    jobs, resumed, keys = [], [], []
     order = sorted(pairs, key=lambda p: (p.problem.level or 0, p.problem.problem_id or 0, p.problem.name))
     for pair in order:
         for protocol in protocols:
@@ -236,7 +317,8 @@ def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str
             key = pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
                            runners[protocol].fingerprint(), device_fp)
             (resumed.append(key) if key in done else jobs.append(Job(pair, protocol, key)))
-    return jobs, resumed
+            keys.append(key)
+    return jobs, resumed, keys
 
 
 def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: ProgressFn | None,
@@ -244,10 +326,12 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
     total = len(jobs) + already
     if progress:
         progress(already, total, None)
-    futures = [(job, executor.submit(job)) for job in jobs]
+    futures = {executor.submit(job): job for job in jobs}
     failures: dict[str, ProblemFailure] = {}
     stored = 0
-    for done, (job, fut) in enumerate(futures, start=already + 1):
+    # as they complete (several lanes, a cluster); results are joined to their job by key, never by order
+    for done, fut in enumerate(as_completed(futures), start=already + 1):
+        job = futures[fut]
         try:
             verdict = fut.result()
         except ProblemError as exc:

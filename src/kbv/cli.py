@@ -78,6 +78,9 @@ def eval_command(
     problems: str = typer.Option("smoke", "--problems", "-p", help="A problem .py file, a directory tree (level1/...), a .parquet file, or a bundled suite: smoke, full."),
     protocol: str = typer.Option("standard", help="standard (KernelBench's), verified, or both."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    devices: Optional[str] = typer.Option(None, help="One evaluation lane per device: auto (every GPU), GPU indices (0,1,3), or CPU lanes (cpu,cpu)."),
+    executor: str = typer.Option("local", help="local (this machine) or ray (a Ray cluster: one task per pair)."),
+    ray_address: Optional[str] = typer.Option(None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT (default: a running local Ray, else a new one)."),
     run: Optional[str] = typer.Option(None, "--run", help="Run directory (results database); re-running resumes. Default: kbv-runs/<candidates name>."),
     seed: Optional[int] = typer.Option(None, help="Fix the verified protocol's secret seed (recorded)."),
     timeout: float = typer.Option(300.0, help="Wall-clock seconds for one pair's evaluation."),
@@ -97,7 +100,7 @@ def eval_command(
     from kbv.api import EvalConfig, evaluate
 
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
-                        run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
+                        devices=devices, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                         trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,

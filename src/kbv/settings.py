@@ -110,6 +110,37 @@ def resolve_device(requested: str) -> str:
     raise UsageError(f"Unknown device '{requested}': expected auto, cpu, cuda or cuda:N.")
 
 
+def resolve_devices(spec: str) -> tuple[str, ...]:
+    """The devices of `--devices`, one evaluation lane each: 'auto' -> every visible GPU (one CPU
+    lane without a GPU); '0,1,3' -> those GPUs ('cuda:N' is accepted too); 'cpu,cpu' -> two CPU
+    lanes (they share the cores: for throughput and bookkeeping, not for speed claims).
+    Raises UsageError for anything else, in one line."""
+    import torch
+
+    text = spec.strip().lower()
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if text == "auto":
+        return tuple(f"cuda:{i}" for i in range(count)) or ("cpu",)
+    items = [item.strip() for item in text.split(",")]
+    expected = "expected auto, GPU indices such as 0,1,3, or CPU lanes such as cpu,cpu"
+    if not items or any(not item for item in items):
+        raise UsageError(f"--devices '{spec}': {expected}.")
+    if all(item == "cpu" for item in items):
+        return tuple(items)
+    indices = []
+    for item in items:
+        digits = item.removeprefix("cuda:")
+        if not digits.isdigit():
+            raise UsageError(f"--devices '{spec}': '{item}' is not a GPU index ({expected}; no mixing).")
+        indices.append(int(digits))
+    if len(set(indices)) != len(indices):
+        raise UsageError(f"--devices '{spec}': a GPU is named twice (one lane per GPU).")
+    missing = [i for i in indices if i >= count]
+    if missing:
+        raise UsageError(f"--devices '{spec}': no GPU {missing[0]} here ({count} CUDA device(s) visible).")
+    return tuple(f"cuda:{i}" for i in indices)
+
+
 def cuda_arch_list(device: str) -> str | None:
     """TORCH_CUDA_ARCH_LIST for builds: the target GPU's compute capability (builds run on CPU workers)."""
     if not device.startswith("cuda"):

@@ -95,6 +95,12 @@ class Store:
         wanted = set(keys) if keys is not None else None
         return [Verdict.from_dict(json.loads(d)) for k, d in rows if wanted is None or k in wanted]
 
+    def verdicts_of(self, keys: Iterable[str]) -> list[Verdict]:
+        """The verdicts of `keys`, in the order of `keys` (a key without one is left out)."""
+        with self._lock:
+            rows = dict(self._db.execute("SELECT key, data FROM verdicts").fetchall())
+        return [Verdict.from_dict(json.loads(rows[k])) for k in keys if k in rows]
+
     # -- baselines ------------------------------------------------------------------------------
     def get_baseline(self, key: str) -> TimingStats | None:
         with self._lock:

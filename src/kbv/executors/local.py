@@ -1,6 +1,8 @@
-"""The local executor: builds on a CPU pool, children started ahead, pairs evaluated one at a time.
+"""The local executor: one evaluation lane on one device. Builds on a CPU pool, children started
+ahead, pairs evaluated one at a time. Several lanes (one per GPU) are `kbv.executors.lanes`.
 
-- Builds of compiled candidates run `jobs` at a time on CPU workers, cached by content hash.
+- Builds of compiled candidates run `jobs` at a time on CPU workers, cached by content hash
+  (`BuildPool`; lanes of one machine share one).
 - Each pair's child is started ahead (`PRESTART` pairs in advance): interpreter, torch, CUDA
   context and guards are up before the pair's turn, while its build and the problem's preparation
   run. A child serves one candidate and one protocol, and is closed after it.
@@ -45,30 +47,22 @@ class WarmChild:
         self.stack.close()
 
 
-class LocalExecutor(Executor):
-    def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner]) -> None:
+def no_code_verdict(runner: ProtocolRunner, pair: Pair) -> Verdict:
+    """The verdict of a generated reply that held no code: nothing runs."""
+    return replace(runner.blank(pair), status=Status.NO_CODE, message="the reply held no code block")
+
+
+class BuildPool:
+    """Builds of compiled candidates, `settings.jobs` at a time on CPU threads, each content hash
+    built once (and cached on disk across runs, see `kbv.builds`)."""
+
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.runners = runners
-        self._builds = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="kbv-build")
-        self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval")
-        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start")
-        self._build_futures: dict[str, Future[Build]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="kbv-build")
+        self._futures: dict[str, Future[Build]] = {}
         self._lock = threading.Lock()
-        self._quiet = threading.RLock()  # held while a pair is timed or measured
-        self._contexts: dict[str, tuple[str, Any]] = {}  # protocol -> (problem hash, prepared problem)
-        self._queue: list[Job] = []  # submitted, not yet evaluating
-        self._warm: dict[str, Future[WarmChild]] = {}
-        self._aborted = False
 
-    def submit(self, job: Job) -> Future[Verdict]:
-        build = self._start_build(job.pair)
-        with self._lock:
-            self._queue.append(job)
-        self._prestart()
-        return self._eval.submit(self._evaluate, job, build)
-
-    # -- builds and children ----------------------------------------------------------------------
-    def _start_build(self, pair: Pair) -> Future[Build]:
+    def start(self, pair: Pair) -> Future[Build]:
         cand = pair.candidate
         if cand.no_code or not needs_build(cand):
             done: Future[Build] = Future()
@@ -76,9 +70,41 @@ class LocalExecutor(Executor):
             return done
         key = build_key(cand, self.settings)
         with self._lock:
-            if key not in self._build_futures:
-                self._build_futures[key] = self._builds.submit(build_candidate, cand, self.settings, key[:12])
-            return self._build_futures[key]
+            if key not in self._futures:
+                self._futures[key] = self._pool.submit(build_candidate, cand, self.settings, key[:12])
+            return self._futures[key]
+
+    def shutdown(self, wait: bool) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+
+class LocalExecutor(Executor):
+    """One lane. `builds` and `quiet` may be shared with other lanes of the machine (lanes on one
+    device share its quiet lock); a lane that owns its build pool shuts it down on close."""
+
+    def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
+                 quiet: threading.RLock | None = None) -> None:
+        self.settings = settings
+        self.runners = runners
+        self._own_builds = builds is None
+        self._builds = builds or BuildPool(settings)
+        self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval")
+        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start")
+        self._lock = threading.Lock()
+        self._quiet = quiet or threading.RLock()  # held while a pair is timed or measured
+        self._contexts: dict[str, tuple[str, Any]] = {}  # protocol -> (problem hash, prepared problem)
+        self._queue: list[Job] = []  # submitted, not yet evaluating
+        self._warm: dict[str, Future[WarmChild]] = {}
+        self._aborted = False
+
+    def submit(self, job: Job) -> Future[Verdict]:
+        build = self._builds.start(job.pair)
+        with self._lock:
+            self._queue.append(job)
+        self._prestart()
+        return self._eval.submit(self._evaluate, job, build)
+
+    # -- children ---------------------------------------------------------------------------------
 
     def _prestart(self) -> None:
         """Start children for the next PRESTART queued jobs that have none."""
@@ -132,7 +158,7 @@ class LocalExecutor(Executor):
             with self._lock:
                 if job in self._queue:
                     self._queue.remove(job)
-            return replace(runner.blank(pair), status=Status.NO_CODE, message="the reply held no code block")
+            return no_code_verdict(runner, pair)
         with stage("child_start"):
             warm = self._child_for(job)
         try:
@@ -184,14 +210,17 @@ class LocalExecutor(Executor):
         """Stop now: nothing queued starts, and every child (builds, baselines, candidates) is killed, so
         the pair in flight ends at once. Its verdict, made from a killed child, is never stored."""
         self._aborted = True
-        for pool in (self._eval, self._builds, self._starter):
+        for pool in (self._eval, self._starter):
             pool.shutdown(wait=False, cancel_futures=True)
+        self._builds.shutdown(wait=False)
         kill_all_children()
 
     def close(self) -> None:
         wait = not self._aborted
-        for pool in (self._eval, self._builds, self._starter):
+        for pool in (self._eval, self._starter):
             pool.shutdown(wait=wait, cancel_futures=True)
+        if self._own_builds:
+            self._builds.shutdown(wait=wait)
         with self._lock:
             warm, self._warm = dict(self._warm), {}
         for fut in warm.values():

@@ -1,0 +1,206 @@
+"""Local lanes (`kbv.executors.lanes`): which lane takes which pair, a lane that fails (retried once
+elsewhere, then `crashed`; retired after failures in a row), two CPU lanes against one on the smoke
+pairs, resume across lane counts, and bad `--devices` values."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import outcome
+from typer.testing import CliRunner
+
+from kbv.api import EvalConfig, evaluate
+from kbv.candidates import Candidate, Pair
+from kbv.cli import app
+from kbv.errors import HarnessError, ProblemRunError
+from kbv.executors import Job
+from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, pick_next
+from kbv.problems import Problem
+from kbv.protocols import blank_verdict
+from kbv.protocols.standard import StandardProtocol
+from kbv.settings import Settings
+from kbv.verdict import Status, Verdict
+
+# -- pick_next: a problem stays on its lane ---------------------------------------------------------
+
+
+def test_a_lane_takes_more_of_the_problem_it_holds() -> None:
+    assert pick_next([("A", None), ("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 0
+    assert pick_next([("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 1
+
+
+def test_a_lane_without_one_takes_a_problem_no_other_lane_holds() -> None:
+    assert pick_next([("A", None), ("A", None), ("B", None)], 1, None, held={"A"}, idle=False) == 2
+
+
+def test_only_an_idle_lane_joins_a_held_problem_and_it_joins_the_longest() -> None:
+    pending = [("A", None), ("B", None), ("B", None)]
+    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=False) is None
+    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=True) == 1
+
+
+def test_a_retried_pair_avoids_the_lane_that_failed_it() -> None:
+    assert pick_next([("A", 0)], 0, "A", held=set(), idle=True) is None
+    assert pick_next([("A", 0)], 1, None, held={"A"}, idle=True) == 0
+
+
+# -- LanesExecutor over fake lanes ------------------------------------------------------------------
+
+
+class FakeRunner:
+    name = "standard"
+
+    def blank(self, pair: Pair) -> Verdict:
+        return blank_verdict(pair, StandardProtocol(), {})
+
+
+class FakeLane:
+    """A lane answering each job on its own thread; `fails(job)` says when its evaluation raises."""
+
+    def __init__(self, device: str, fails: Callable[[Job], bool] = lambda job: False,
+                 gate: threading.Event | None = None) -> None:
+        self.gate = gate or threading.Event()
+        if gate is None:
+            self.gate.set()
+        self.settings = Settings(device=device, run_dir=Path("unused"), cache_dir=Path("unused"))
+        self.runners: dict[str, Any] = {"standard": FakeRunner()}
+        self.fails = fails
+        self.seen: list[str] = []
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._lock = threading.Lock()
+
+    def submit(self, job: Job) -> Future[Verdict]:
+        with self._lock:
+            self.seen.append(job.key)
+        return self._pool.submit(self._answer, job)
+
+    def _answer(self, job: Job) -> Verdict:
+        self.gate.wait(30)  # lanes are slower than submissions
+        if job.pair.problem.name == "99_Broken":
+            raise ProblemRunError("99_Broken.py: get_inputs() raised")
+        if self.fails(job):
+            raise RuntimeError(f"the device of {self.settings.device} is gone")
+        from dataclasses import replace
+
+        return replace(self.runners["standard"].blank(job.pair), status=Status.CORRECT)
+
+    def abort(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def _jobs(*problems: str) -> list[Job]:
+    jobs = []
+    for i, name in enumerate(problems):
+        problem = Problem(name=name, level=1, problem_id=i, code=f"# {name}\n", origin=f"{name}.py")
+        cand = Candidate(code=f"# candidate {i}\n", name=f"{name}__c{i}", origin=f"c{i}.py", problem_ref=name)
+        jobs.append(Job(Pair(problem, cand), "standard", f"key{i}"))
+    return jobs
+
+
+def _run(executor: LanesExecutor, jobs: list[Job], gate: threading.Event | None = None) -> list[Any]:
+    futures = [executor.submit(job) for job in jobs]
+    if gate is not None:
+        gate.set()
+    out = []
+    for fut in futures:
+        try:
+            out.append(fut.result(timeout=30))
+        except Exception as exc:
+            out.append(exc)
+    executor.close()
+    return out
+
+
+def test_pairs_of_a_problem_stay_on_one_lane_and_lanes_share_the_work() -> None:
+    gate = threading.Event()
+    lanes = [FakeLane("cpu", gate=gate), FakeLane("cpu", gate=gate)]
+    verdicts = _run(LanesExecutor(lanes), _jobs("1_A", "1_A", "2_B", "2_B"), gate)
+    assert all(v.status is Status.CORRECT for v in verdicts)
+    assert sorted(lanes[0].seen + lanes[1].seen) == ["key0", "key1", "key2", "key3"]
+    assert {frozenset(lane.seen) for lane in lanes} == {frozenset({"key0", "key1"}), frozenset({"key2", "key3"})}
+
+
+def test_a_failing_lane_has_its_pair_run_again_on_another_lane() -> None:
+    flaky = FakeLane("cuda:0", fails=lambda job: job.key == "key0")
+    lanes = [flaky, FakeLane("cuda:1")]
+    verdicts = _run(LanesExecutor(lanes), _jobs("1_A", "2_B"))
+    assert [v.status for v in verdicts] == [Status.CORRECT, Status.CORRECT]
+    assert "key0" in flaky.seen and "key0" in lanes[1].seen
+
+
+def test_a_pair_that_fails_twice_is_crashed_with_both_reasons() -> None:
+    lanes = [FakeLane("cuda:0", fails=lambda job: job.key == "key0"),
+             FakeLane("cuda:1", fails=lambda job: job.key == "key0")]
+    crashed, fine = _run(LanesExecutor(lanes), _jobs("1_A", "2_B"))
+    assert crashed.status is Status.CRASHED and fine.status is Status.CORRECT
+    assert "2 times" in crashed.message
+    assert "cuda:0: RuntimeError: the device of cuda:0 is gone" in crashed.message
+    assert "cuda:1: RuntimeError: the device of cuda:1 is gone" in crashed.message
+    assert "Traceback" in crashed.evidence["traceback"]
+
+
+def test_one_lane_retries_on_itself_and_a_problem_error_is_not_retried() -> None:
+    lane = FakeLane("cpu", fails=lambda job: lane.seen.count(job.key) == 1 and job.key == "key0")
+    verdict, problem_error = _run(LanesExecutor([lane]), _jobs("1_A", "99_Broken"))
+    assert verdict.status is Status.CORRECT and lane.seen.count("key0") == 2
+    assert isinstance(problem_error, ProblemRunError) and lane.seen.count("key1") == 1
+
+
+def test_a_lane_that_keeps_failing_is_retired_and_with_no_lane_left_the_harness_raises() -> None:
+    dead = FakeLane("cuda:0", fails=lambda job: True)
+    verdicts = _run(LanesExecutor([dead, FakeLane("cuda:1")]), _jobs(*[f"{i}_P{i}" for i in range(1, 7)]))
+    assert all(v.status is Status.CORRECT for v in verdicts)  # every pair went on on the healthy lane
+    assert len(dead.seen) <= RETIRE_AFTER + 2  # retired, apart from what its window already held
+
+    alone = FakeLane("cuda:0", fails=lambda job: True)
+    outcomes = _run(LanesExecutor([alone]), _jobs(*[f"{i}_P{i}" for i in range(1, 5)]))
+    assert any(isinstance(o, HarnessError) and "every evaluation lane failed" in str(o) for o in outcomes)
+
+
+# -- real lanes on the CPU --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_cpu_lanes_give_the_verdicts_of_one_and_resume_across_lane_counts(
+        one_lane: Any, smoke_candidates: Path, cache_dir: Path, tmp_path: Path) -> None:
+    config = EvalConfig(candidates=str(smoke_candidates), problems="smoke", protocol="both", devices="cpu,cpu",
+                        seed=7, timer_budget_s=1.0, jobs=1, run_dir=str(tmp_path / "run"), cache_dir=str(cache_dir))
+    two = evaluate(config)
+    assert two.evaluated == len(one_lane.verdicts) == 8
+    assert outcome(two.verdicts) == outcome(one_lane.verdicts)
+    assert [(v.problem, v.candidate, v.protocol) for v in two.verdicts] == \
+        [(v.problem, v.candidate, v.protocol) for v in one_lane.verdicts]  # problem order, not completion order
+    again = evaluate(EvalConfig(**{**config.__dict__, "devices": None, "device": "cpu"}))
+    assert (again.evaluated, again.resumed) == (0, 8)
+    assert outcome(again.verdicts) == outcome(one_lane.verdicts)
+
+
+# -- bad --devices ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    (("--devices", "0,0"), "--devices '0,0'"),
+    (("--devices", "x"), "--devices 'x'"),
+    (("--devices", "cpu,0"), "no mixing"),
+    (("--devices", "1,,2"), "--devices '1,,2'"),
+    (("--devices", "99"), "no GPU 99 here"),
+    (("--devices", "cpu,cpu", "--device", "cpu"), "Give --device or --devices, not both."),
+    (("--devices", "cpu,cpu", "--executor", "ray"), "--devices is for the local executor"),
+    (("--ray-address", "auto"), "--ray-address needs --executor ray"),
+    (("--executor", "dask"), "Unknown executor 'dask'"),
+])
+def test_bad_devices_and_executor_options_are_one_line_errors(options: tuple[str, ...], says: str,
+                                                              smoke_candidates: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["eval", str(smoke_candidates), "--problems", "smoke",
+                                      "--run", str(tmp_path / "run"), *options])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], result.stderr
