@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kbv.errors import HarnessError, KbvError
 
@@ -56,10 +57,10 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except HarnessError as exc:
-        err.print(f"[red]kbv failed:[/] {exc}", markup=True, highlight=False)
+        err.print(f"[red]kbv failed:[/] {escape(str(exc))}", markup=True, highlight=False)
         raise typer.Exit(ExitCode.HARNESS) from None
     except KbvError as exc:
-        err.print(f"[red]error:[/] {exc}", markup=True, highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", markup=True, highlight=False)  # [ray] is not markup
         raise typer.Exit(ExitCode.BAD_INPUT) from None
     except KeyboardInterrupt:
         err.print("interrupted: every verdict finished so far is stored; re-run the command to resume")

@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +73,15 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+@dataclass(frozen=True)
+class RayHead:
+    address: str  # HOST:PORT of its GCS
+    temp_dir: Path  # its sessions: logs, sockets, spilled objects
+
+
 @pytest.fixture(scope="session")
-def ray_cluster(cache_dir: Path) -> Iterator[str]:
-    """A one-node Ray cluster on loopback with 2 CPUs, its workers importing kbv from src/; yields
-    the head's address. Stopped by signalling the `ray start --block` we started (no `ray stop`:
+def ray_cluster(cache_dir: Path) -> Iterator[RayHead]:
+    """A one-node Ray cluster on loopback with 2 CPUs, its workers importing kbv from src/. Stopped by signalling the `ray start --block` we started (no `ray stop`:
     other Ray instances on the machine are not ours)."""
     if os.environ.get("KBV_REQUIRE_RAY"):
         import ray  # noqa: F401  (CI installs the extra: a missing one fails here)
@@ -93,7 +99,7 @@ def ray_cluster(cache_dir: Path) -> Iterator[str]:
     address = f"127.0.0.1:{port}"
     try:
         _wait_for_head(head, temp / "ray-start.log")
-        yield address
+        yield RayHead(address, temp)
     finally:
         head.send_signal(signal.SIGTERM)  # drains, then stops the processes it started
         try:
