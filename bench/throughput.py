@@ -10,8 +10,16 @@ Each pair's figures come from its verdict's `evidence["stages_s"]` (exclusive se
 `kbv.stages`) and `evidence["pair_s"]` (the pair's wall time in the executor, its problem's preparation
 included when it was the first pair of that problem, its build wait excluded).
 
+Scale (`--lanes N`, one local lane per GPU, or N CPU lanes on `--device cpu`; `--executor ray`, one
+Ray task per pair): each case runs on one lane first, then as asked, each from its own run directory
+with the builds warmed beforehand (so neither run times a build); the table gives pairs per minute
+of each and their ratio. Under Ray without `--ray-address`, kbv starts a local Ray whose workers share
+this script's build cache.
+
     PYTHONPATH=src python3 bench/throughput.py --cases full,gib --device cuda --out throughput.json
     PYTHONPATH=src python3 bench/throughput.py --cases smoke --device cpu
+    PYTHONPATH=src python3 bench/throughput.py --cases full --device cuda --lanes 8
+    PYTHONPATH=src python3 bench/throughput.py --cases full --device cuda --executor ray [--ray-address auto]
 """
 
 from __future__ import annotations
@@ -36,14 +44,18 @@ CASES = {
 }
 
 
-def run_case(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def run_case(name: str, args: argparse.Namespace, root: Path, scale: dict[str, Any] | None = None,
+             label: str = "") -> dict[str, Any]:
+    """One case on one lane (`scale` None), or with `scale`'s EvalConfig fields (devices, executor)."""
     from kbv.api import EvalConfig, evaluate
 
-    candidates, problems = CASES[name]
-    config = EvalConfig(candidates=candidates, problems=problems, protocol=args.protocol, device=args.device,
-                        run_dir=str(root / f"run-{name}"), cache_dir=args.cache_dir or str(root / "cache"),
+    candidates, problems = args.candidates or CASES[name][0], CASES[name][1]
+    tag = label or "one-lane"
+    config = EvalConfig(candidates=candidates, problems=problems, protocol=args.protocol,
+                        device=args.device if not (scale or {}).get("devices") else "auto",
+                        run_dir=str(root / f"run-{name}-{tag}"), cache_dir=_cache_dir(args, root),
                         seed=args.seed, timer_budget_s=args.timer_budget, trials=args.trials,
-                        timeout_s=args.timeout)
+                        timeout_s=args.timeout, **(scale or {}))
     t0 = time.monotonic()
 
     def show(done: int, total: int, v: Any) -> None:
@@ -54,7 +66,41 @@ def run_case(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     result = evaluate(config, progress=show)
     wall = time.monotonic() - t0
     pairs = [_pair_record(v) for v in result.verdicts]
-    return {"case": name, "wall_s": round(wall, 2), "pairs": pairs}
+    return {"case": name, "scale": tag, "wall_s": round(wall, 2), "pairs": pairs,
+            "pairs_per_min": round(60.0 * len(pairs) / wall, 2) if wall > 0 else None}
+
+
+def _cache_dir(args: argparse.Namespace, root: Path) -> str:
+    return args.cache_dir or str(root / "cache")
+
+
+def scale_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
+    """The EvalConfig fields of `--lanes N` / `--executor ray`, and their label; None for one lane."""
+    if args.executor == "ray":
+        return "ray", {"executor": "ray", "ray_address": args.ray_address}
+    if args.lanes <= 1:
+        return None
+    from kbv.settings import resolve_device
+
+    device = resolve_device(args.device)
+    devices = ",".join(["cpu"] * args.lanes) if device == "cpu" else ",".join(str(i) for i in range(args.lanes))
+    return f"{args.lanes}-lanes", {"devices": devices}
+
+
+def warm_builds(name: str, args: argparse.Namespace, root: Path) -> None:
+    """Build every compiled candidate of the case into the cache, so that no timed run waits for one."""
+    from kbv.builds import build_candidate, build_key, needs_build
+    from kbv.candidates import load_candidates
+    from kbv.problems import load_problems
+    from kbv.settings import Settings, cuda_arch_list, resolve_device
+
+    candidates, problems = args.candidates or CASES[name][0], CASES[name][1]
+    device = resolve_device(args.device)
+    settings = Settings(device=device, run_dir=root / "warm", cache_dir=Path(_cache_dir(args, root)).resolve(),
+                        cuda_arch_list=cuda_arch_list(device), build_timeout_s=900.0)
+    for pair in load_candidates(candidates, load_problems(problems)).pairs:
+        if needs_build(pair.candidate) and not pair.candidate.no_code:
+            build_candidate(pair.candidate, settings, build_key(pair.candidate, settings)[:12])
 
 
 def _pair_record(v: Any) -> dict[str, Any]:
@@ -75,7 +121,9 @@ def summarise(case: dict[str, Any]) -> list[dict[str, Any]]:
         times = [p["pair_s"] for p in mine]
         stage_means = {s: statistics.fmean(p["stages_s"].get(s, 0.0) for p in mine) for s in STAGES}
         stage_means["other"] = statistics.fmean(p["other_s"] for p in mine)
-        rows.append({"case": case["case"], "protocol": protocol, "pairs": len(mine),
+        scale = case.get("scale", "one-lane")
+        label = case["case"] if scale == "one-lane" else f"{case['case']}/{scale}"
+        rows.append({"case": label, "protocol": protocol, "pairs": len(mine),
                      "mean_pair_s": statistics.fmean(times), "max_pair_s": max(times),
                      "median_pair_s": statistics.median(times), "stages_mean_s": stage_means})
     return rows
@@ -87,16 +135,19 @@ def print_table(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> None
     cols = [s for s in STAGES + ("other",) if any(r["stages_mean_s"].get(s, 0) >= 0.005 for r in rows)]
     short = {"child_start": "start", "build_wait": "build", "correctness": "correct", "attribution": "attrib",
              "boundary": "bound"}
-    head = f"{'case':6s} {'protocol':9s} {'pairs':>5s} {'mean s':>7s} {'med s':>7s} {'max s':>7s} " + \
+    head = f"{'case':14s} {'protocol':9s} {'pairs':>5s} {'mean s':>7s} {'med s':>7s} {'max s':>7s} " + \
         " ".join(f"{short.get(c, c)[:7]:>7s}" for c in cols)
     print("\nPer pair (build excluded), and the mean seconds per pair of each stage:")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r['case']:6s} {r['protocol']:9s} {r['pairs']:5d} {r['mean_pair_s']:7.2f} {r['median_pair_s']:7.2f} "
+        print(f"{r['case']:14s} {r['protocol']:9s} {r['pairs']:5d} {r['mean_pair_s']:7.2f} {r['median_pair_s']:7.2f} "
               f"{r['max_pair_s']:7.2f} " + " ".join(f"{r['stages_mean_s'].get(c, 0.0):7.2f}" for c in cols))
     for case in cases:
-        print(f"{case['case']}: whole run {case['wall_s']:.1f} s")
+        print(f"{case['case']} ({case.get('scale', 'one-lane')}): whole run {case['wall_s']:.1f} s, "
+              f"{case.get('pairs_per_min') or 0:.1f} pairs/min")
+    for name, ratio in scale_ratios(cases).items():
+        print(f"{name}: {ratio:.2f}x the pairs per minute of one lane")
     ratios = _verified_over_standard(cases)
     if ratios:
         print("\nVerified / standard pair time, same pair:")
@@ -104,9 +155,18 @@ def print_table(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> None
             print(f"  {case:6s} {problem:26s} {cand:34s} {ratio:5.2f}x")
 
 
+def scale_ratios(cases: list[dict[str, Any]]) -> dict[str, float]:
+    """'CASE (SCALE)' -> its pairs per minute over the same case's on one lane."""
+    one = {c["case"]: c.get("pairs_per_min") for c in cases if c.get("scale", "one-lane") == "one-lane"}
+    return {f"{c['case']} ({c['scale']})": c["pairs_per_min"] / one[c["case"]] for c in cases
+            if c.get("scale", "one-lane") != "one-lane" and one.get(c["case"]) and c.get("pairs_per_min")}
+
+
 def _verified_over_standard(cases: list[dict[str, Any]]) -> dict[tuple[str, str, str], float]:
     out = {}
     for case in cases:
+        if case.get("scale", "one-lane") != "one-lane":
+            continue
         by = {(p["problem"], p["candidate"], p["protocol"]): p["pair_s"] for p in case["pairs"]}
         for (problem, cand, protocol), s in by.items():
             std = by.get((problem, cand, "standard"))
@@ -126,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", default=None, help="write the JSON here")
+    ap.add_argument("--candidates", default=None, help="evaluate these candidates instead of each case's own")
+    ap.add_argument("--lanes", type=int, default=1, help="local lanes: GPUs 0..N-1, or N CPU lanes on --device cpu")
+    ap.add_argument("--executor", default="local", choices=("local", "ray"))
+    ap.add_argument("--ray-address", default=None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT")
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -133,13 +197,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown case(s) {', '.join(unknown)}: expected {', '.join(CASES)}", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="kbv-throughput-"))
+    # a Ray that kbv starts here runs its workers with this environment: they share the warm cache
+    os.environ.setdefault("KBV_CACHE_DIR", _cache_dir(args, root))
+    scale = scale_options(args)
     cases, rows = [], []
     for name in names:
-        case = run_case(name, args, root)
-        cases.append(case)
-        rows += summarise(case)
+        warm_builds(name, args, root)
+        runs = [run_case(name, args, root)]
+        if scale is not None:
+            runs.append(run_case(name, args, root, scale[1], scale[0]))
+        for case in runs:
+            cases.append(case)
+            rows += summarise(case)
         if args.out:  # after every case: a cut-short run keeps what finished
-            Path(args.out).write_text(json.dumps({"cases": cases, "summary": rows}, indent=1))
+            Path(args.out).write_text(json.dumps({"cases": cases, "summary": rows,
+                                                  "scale_ratios": scale_ratios(cases)}, indent=1))
     print_table(rows, cases)
     return 0
 

@@ -73,6 +73,14 @@ def _free_ports(n: int) -> list[int]:
             s.close()
 
 
+def require_ray() -> None:
+    """Skip without the ray extra, except under CI (KBV_REQUIRE_RAY=1), where it must be there."""
+    if os.environ.get("KBV_REQUIRE_RAY"):
+        import ray  # noqa: F401
+    else:
+        pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'kernelbench-verified[ray]'")
+
+
 @dataclass(frozen=True)
 class RayHead:
     address: str  # HOST:PORT of its GCS
@@ -83,10 +91,7 @@ class RayHead:
 def ray_cluster(cache_dir: Path) -> Iterator[RayHead]:
     """A one-node Ray cluster on loopback with 2 CPUs, its workers importing kbv from src/. Stopped by signalling the `ray start --block` we started (no `ray stop`:
     other Ray instances on the machine are not ours)."""
-    if os.environ.get("KBV_REQUIRE_RAY"):
-        import ray  # noqa: F401  (CI installs the extra: a missing one fails here)
-    else:
-        pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'kernelbench-verified[ray]'")
+    require_ray()
     temp = Path(tempfile.mkdtemp(prefix="kbvr-", dir="/tmp"))  # short: Ray's socket paths are bounded
     port, client, agent, dashboard = _free_ports(4)
     cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", f"--port={port}",

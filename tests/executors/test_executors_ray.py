@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RUN_OPTIONS, RayHead, kbv_command, kbv_env, outcome
+from conftest import RUN_OPTIONS, RayHead, kbv_command, kbv_env, outcome, require_ray
 from typer.testing import CliRunner
 
 from kbv.cli import app
@@ -76,7 +77,7 @@ def _closed_port() -> int:
 @pytest.mark.ray
 @pytest.mark.parametrize("address", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}", "no-port-here"])
 def test_an_unreachable_ray_address_is_a_one_line_error(address: str, smoke_candidates: Path, tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+    require_ray()
     address = address.format(port=_closed_port())
     t0 = time.monotonic()
     result = CliRunner().invoke(app, ["eval", str(smoke_candidates), "--executor", "ray", "--ray-address", address,
@@ -218,3 +219,37 @@ with open({str(snoop)!r}, "w") as f:
         if path.is_file() and not path.is_symlink():
             data = path.read_bytes()
             assert not any(m in data for m in marks), f"the secret is in {path}"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_without_an_address_a_local_ray_is_started_for_the_run_and_stopped_after_it(tmp_path: Path) -> None:
+    require_ray()
+    temp = Path(tempfile.mkdtemp(prefix="kbvr-", dir="/tmp"))  # where that Ray keeps its sessions
+    try:
+        cands = _write_candidate(tmp_path / "cands", "plain", "pass")
+        done = subprocess.run(kbv_command("eval", str(cands), "--problems", "smoke", "--device", "cpu", "--executor",
+                                          "ray", "--run", str(tmp_path / "run"), "--format", "json"),
+                              env=kbv_env(RAY_TMPDIR=str(temp)), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        (verdict,) = _verdicts(done.stdout)
+        assert verdict.status.value == "correct", verdict.message
+        assert any(temp.rglob("session_*")), "the run did not start a Ray of its own"
+        deadline = time.monotonic() + 30
+        while _processes_mentioning(str(temp)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not _processes_mentioning(str(temp)), "Ray processes outlived the run that started them"
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes() and _alive(int(proc.name)):
+                    found.append(int(proc.name))
+            except OSError:
+                pass
+    return found

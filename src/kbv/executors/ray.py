@@ -170,8 +170,9 @@ def _check_port(address: str, timeout_s: float) -> None:
 
 
 def _init(ray: Any, address: str | None, shown: str, timeout_s: float) -> None:
-    """`ray.init`, given `timeout_s`: a port that accepts but is not Ray would hang it. Its thread is
-    a daemon: on a timeout the command exits without it."""
+    """`ray.init`, given `timeout_s` to join a cluster: a port that accepts but is not Ray would hang
+    it, so it runs on a daemon thread and a timeout leaves it behind. A Ray that may be started here
+    (no address) is started on this thread: Ray's processes die with the thread that started them."""
     outcome: dict[str, BaseException | None] = {}
 
     def join() -> None:
@@ -181,9 +182,12 @@ def _init(ray: Any, address: str | None, shown: str, timeout_s: float) -> None:
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
 
-    thread = threading.Thread(target=join, name="kbv-ray-connect", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
+    if address is None:
+        join()
+    else:
+        thread = threading.Thread(target=join, name="kbv-ray-connect", daemon=True)
+        thread.start()
+        thread.join(timeout_s)
     if "error" not in outcome:
         raise UsageError(f"--ray-address {shown}: the cluster did not let us join within {timeout_s:.0f} s.")
     error = outcome["error"]
