@@ -80,8 +80,8 @@ def test_one_gib_scratch_shows_in_peak_memory(verdicts):
 
 def test_raw_cudamalloc_shows_at_device_level(verdicts):
     honest, raw = verdicts["honest_triton"], verdicts["raw_cudamalloc"]
-    assert raw.memory.device_bytes is not None and honest.memory.device_bytes is not None
-    assert raw.memory.device_bytes - honest.memory.device_bytes >= (512 << 20) - (4 << 20)
+    assert raw.memory.device_raw_bytes is not None and honest.memory.device_raw_bytes is not None
+    assert raw.memory.device_raw_bytes - honest.memory.device_raw_bytes >= (512 << 20) - (4 << 20)
     assert raw.memory.peak_bytes - honest.memory.peak_bytes < (64 << 20)  # the allocator never saw it
 
 

@@ -26,6 +26,7 @@ from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.settings import Settings
+from kbv.stages import stage
 from kbv.verdict import MemoryStats
 
 
@@ -193,16 +194,16 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     prepared.output_like = [torch.empty(o.shape, dtype=o.dtype, device="meta")
                             for o in prepared.reference.baseline_outputs(model, prepared.pool[0])]
     try:
+        primary = protocol.primary_baseline if protocol.primary_baseline in baseline_names else baseline_names[0]
         for name in baseline_names:
-            prepared.baselines[name] = _baseline_child(prepared, name, timer, settings)
-        primary = prepared.baselines.get(protocol.primary_baseline) or next(iter(prepared.baselines.values()))
-        prepared.baseline_memory = memory_stats(primary.call({"op": "memory"}, settings.timeout_s))
+            prepared.baselines[name] = _baseline_child(prepared, name, primary, timer, settings)
     except ChildFailure as failure:
         prepared.close()
         raise ProblemRunError(f"{prepared.problem.origin}: the baseline failed: {failure.message}") from failure
 
 
-def _baseline_child(prepared: PreparedProblem, name: str, timer: TimerConfig, settings: Settings) -> Sandbox:
+def _baseline_child(prepared: PreparedProblem, name: str, primary: str, timer: TimerConfig,
+                    settings: Settings) -> Sandbox:
     policy, compiled = BASELINES[name]
     spec = prepared.stack.enter_context(settings.child_scratch(f"baseline-{name}-{prepared.problem.hash[:10]}"))
     sb = prepared.stack.enter_context(Sandbox(spec))
@@ -212,11 +213,14 @@ def _baseline_child(prepared: PreparedProblem, name: str, timer: TimerConfig, se
              "init_args": prepared.init_inputs, "seed": prepared.timing_model_seed, "precision": policy,
              "compile": compiled}, timeout)
     load_pool(sb, prepared.pool, settings.flush_bytes(timer.flush_factor), timeout)
+    if name == primary:  # before anything is timed: the driver-level watch stops then (see sandbox.devicewatch)
+        with stage("memory"):
+            prepared.baseline_memory = memory_stats(sb.call({"op": "memory"}, timeout))
     sb.call({"op": "warmup", "ms": timer.warmup_ms}, timeout)
     return sb
 
 
 def memory_stats(reply: dict[str, Any]) -> MemoryStats:
     """A child's `memory` reply as the record."""
-    fields = ("peak_bytes", "retained_bytes", "device_bytes")
+    fields = ("peak_bytes", "retained_bytes", "device_peak_bytes", "device_raw_bytes")
     return MemoryStats(**{k: reply.get(k) for k in fields})  # type: ignore[arg-type]
