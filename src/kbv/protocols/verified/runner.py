@@ -137,6 +137,7 @@ class VerifiedRunner:
             records.correctness = check_correctness(sb, prepared, self.protocol, load, deadline)
         if not records.correctness.categories:
             run_probes(sb, prepared, self.protocol, deadline, records.correctness)
+        prepared.trials[-1].release()
         if not records.correctness.passed:
             return
         load_pool(sb, prepared.pool, self.settings.flush_bytes(self.timer.flush_factor), time_left(deadline))
