@@ -58,6 +58,8 @@ class Child:
         self.pool: list[list[Any]] = []
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
+        self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
+        self.source = ""  # "candidate" or "reference", from the first load
         if self.device.type == "cuda":
             from kbv.sandbox.devicewatch import DeviceWatch
 
@@ -143,6 +145,7 @@ class Child:
         torch = self.torch
         policy = cmd.get("precision", "default")
         apply_policy(policy)
+        self.source = self.source or cmd["source"]
         first = self.model_class is None and self.calls == 0
         watching = first and self.watch is not None and self.watch.running
         mark = self.watch.mark() if watching else None
@@ -270,6 +273,8 @@ class Child:
         from kbv.sandbox.guards import GhostCall
 
         torch = self.torch
+        if self._profiler_warm is not None:
+            self._profiler_warm.join()
         warm = [self._arg(a) for a in cmd["warm_inputs"]]
         args = [self._arg(a) for a in cmd["inputs"]]
         with torch.no_grad():
@@ -456,7 +461,24 @@ class Child:
         from kbv.sandbox.memory import measure_forward
 
         stats = measure_forward(self.model, self.pool[0], self.device, self.watch, self.reserved_at_start)
+        self._warm_profiler()
         return asdict(stats)
+
+    def _warm_profiler(self) -> None:
+        """Memory is measured; attribution (the profiler) comes next. The driver-level watch gives CUPTI
+        up, and the profiler's first start (seconds) runs in the background while the parent prepares
+        the attribution's inputs."""
+        if self.device.type != "cuda" or self._profiler_warm is not None or self.source != "candidate":
+            return  # a baseline child is never profiled
+        import threading
+
+        from kbv.sandbox.profiling import warm_profiler
+
+        if self.watch is not None:
+            self.watch.stop("profiling")
+        self._profiler_warm = threading.Thread(target=warm_profiler, args=(self.device,), daemon=True,
+                                               name="kbv-profiler-warm-up")
+        self._profiler_warm.start()
 
     # -- helpers ------------------------------------------------------------------------------
     def sync(self) -> None:

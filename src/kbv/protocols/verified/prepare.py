@@ -177,10 +177,25 @@ def screen(prepared: PreparedProblem, protocol: VerifiedProtocol) -> None:
     prepared.flags, prepared.screen_notes = tuple(flags), tuple(notes)
 
 
+def spawn_baselines(problem: Problem, names: tuple[str, ...], settings: Settings) -> tuple[ExitStack, dict[str, Sandbox]]:
+    """Start one baseline child per name now (their interpreters and torch come up while the parent
+    prepares the trials); `prepare_timing` brings them up the rest of the way. The stack closes them."""
+    stack = ExitStack()
+    children = {}
+    try:
+        for name in names:
+            spec = stack.enter_context(settings.child_scratch(f"baseline-{name}-{problem.hash[:10]}"))
+            children[name] = stack.enter_context(Sandbox(spec))
+    except BaseException:
+        stack.close()
+        raise
+    return stack, children
+
+
 def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer: TimerConfig, settings: Settings,
-                   baseline_names: tuple[str, ...]) -> None:
-    """The timing pool, then one warmed-up baseline child per name holding it (closed with `prepared`).
-    Raises ProblemRunError when a baseline fails."""
+                   children: dict[str, Sandbox]) -> None:
+    """The timing pool, then the (spawned) baseline children loaded with the reference, holding the
+    pool, warmed up. Raises ProblemRunError when a baseline fails."""
     device = torch.device(settings.device)
     dists = prepared.calibration.applicable()
     first = prepared.draw(0, "timing", device)
@@ -194,19 +209,17 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     prepared.output_like = [torch.empty(o.shape, dtype=o.dtype, device="meta")
                             for o in prepared.reference.baseline_outputs(model, prepared.pool[0])]
     try:
-        primary = protocol.primary_baseline if protocol.primary_baseline in baseline_names else baseline_names[0]
-        for name in baseline_names:
-            prepared.baselines[name] = _baseline_child(prepared, name, primary, timer, settings)
+        primary = protocol.primary_baseline if protocol.primary_baseline in children else next(iter(children))
+        for name, sb in children.items():
+            prepared.baselines[name] = _baseline_child(prepared, sb, name, primary, timer, settings)
     except ChildFailure as failure:
         prepared.close()
         raise ProblemRunError(f"{prepared.problem.origin}: the baseline failed: {failure.message}") from failure
 
 
-def _baseline_child(prepared: PreparedProblem, name: str, primary: str, timer: TimerConfig,
+def _baseline_child(prepared: PreparedProblem, sb: Sandbox, name: str, primary: str, timer: TimerConfig,
                     settings: Settings) -> Sandbox:
     policy, compiled = BASELINES[name]
-    spec = prepared.stack.enter_context(settings.child_scratch(f"baseline-{name}-{prepared.problem.hash[:10]}"))
-    sb = prepared.stack.enter_context(Sandbox(spec))
     timeout = settings.timeout_s
     sb.ready(timeout)
     sb.call({"op": "load", "source": "reference", "code": prepared.problem.code, "origin": prepared.problem.origin,
