@@ -71,7 +71,7 @@ class Child:
         from kbv.sandbox.guards import Guards
 
         allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
-                                   ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME", "KBV_BUILD_DIR")]
+                                   ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME")]
         self.guards = Guards(allowed)
         self.guards.install(type(self))  # before any candidate import
         self.calls = 0
