@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device session: environment, GPU tests, the examples on the full suite under both protocols,
-# the soundness screen of the full suite, the timing benchmark. Every step is bounded and logged
+# the soundness screens (the bundled suite, KernelBench's problems carried in .kb), the throughput and
+# timing benchmarks, the GPU corpus. Every step is bounded and logged
 # under $OUT; a failing step does not stop the next. Usage: bash bench/gpu_session.sh STEP...
 set -u
 OUT=${OUT:-/tmp/kbv-out}
@@ -28,6 +29,9 @@ for s in "$@"; do
     examples-both-smoke) step examples-both-smoke "${SMOKE_LIMIT:-120}" $KBV eval examples/ --problems smoke --protocol both --device cuda --run /tmp/runs/examples-smoke --timer-budget 4 ;;
     reports) step reports 30 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
     soundness) step soundness 300 $KBV problems check full --device cuda --all ;;
+    throughput) step throughput "${THROUGHPUT_LIMIT:-300}" python3 bench/throughput.py --cases "${THROUGHPUT_CASES:-gib,full}" --device cuda --timer-budget 4 --out "$OUT/throughput.json" ;;
+    kb-soundness) step kb-soundness "${KB_LIMIT:-420}" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda --workers "${KB_WORKERS:-8}" --budget "$(( ${KB_LIMIT:-420} - 20 ))" --out "$OUT/kb-soundness.jsonl" ;;
+    corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     *) echo "unknown step $s" ;;
   esac

@@ -31,7 +31,8 @@ def timing_fixtures(tmp: Path) -> tuple[Path, Path]:
 def show(done: int, total: int, v) -> None:
     if v is None:
         return
-    mem = f" peak={v.memory.peak_bytes >> 20}MiB dev={(v.memory.device_bytes or 0) >> 20}MiB" if v.memory else ""
+    mem = (f" peak={v.memory.peak_bytes >> 20}MiB dev_peak={(v.memory.device_peak_bytes or 0) >> 20}MiB"
+           f" raw={(v.memory.device_raw_bytes or 0) >> 20}MiB" if v.memory else "")
     ms = f" median={v.timing.candidate.median_ms:.4f}ms" if v.timing else ""
     print(f"[{done}/{total}] {v.protocol} {v.candidate} {v.status.value} {[c.value for c in v.categories]}"
           f" speedup={v.speedup}{ms}{mem} :: {v.message[:160]}", flush=True)

@@ -7,7 +7,7 @@ Every fixture file starts with a header line
 
 `expect` is the verified protocol's status, every category in `categories` must be among the verdict's
 categories, and `standard` is the standard (KernelBench) protocol's status (`any`: not asserted). An
-optional second line `# kbv-memory: device_bytes>=N` asks for the verified memory figure to show N bytes
+optional second line `# kbv-memory: device_raw_bytes>=N` asks for the verified memory figure to show N bytes
 of device memory (allocations PyTorch's allocator never saw).
 `cpu/` is evaluated in ONE `evaluate` call per session (both protocols, device cpu; about 6-8 minutes on
 a 2-core box); `gpu/` holds the fixtures that need a CUDA device, evaluated the same way on one (`gpu`
@@ -28,7 +28,7 @@ from kbv.verdict import KIND, Category, Kind, Status, Verdict
 
 CORPUS = Path(__file__).parent / "corpus"
 _HEADER_RE = re.compile(r"^# kbv-fixture: expect=(\S+) categories=(\S*) standard=(\S+)\s*$")
-_MEMORY_RE = re.compile(r"^# kbv-memory: device_bytes>=(\d+)\s*$")
+_MEMORY_RE = re.compile(r"^# kbv-memory: device_raw_bytes>=(\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ def check_fixture(fixture: Fixture, verdicts: dict[tuple[str, str], Verdict]) ->
     if fixture.standard is not None and standard.status is not fixture.standard:
         wrong.append(f"standard status {standard.status.value}, expected {fixture.standard.value}")
     if fixture.device_bytes_min is not None:
-        seen_bytes = verified.memory.device_bytes if verified.memory else None
+        seen_bytes = verified.memory.device_raw_bytes if verified.memory else None
         if seen_bytes is None or seen_bytes < fixture.device_bytes_min:
             wrong.append(f"device memory {seen_bytes} bytes, expected at least {fixture.device_bytes_min}")
     if fixture.honest:

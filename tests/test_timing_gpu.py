@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 FIXTURES = Path(__file__).parent / "gpu_fixtures"
 KERNEL = (FIXTURES / "honest_triton.py").read_text().split("class ModelNew")[0]
 CANDIDATES = ("honest_triton", "side_stream_python", "event_patch", "sync_patch", "stale_after_warmup",
-              "alloc_1gib", "raw_cudamalloc", "joined_stream")
+              "alloc_1gib", "raw_cudamalloc", "raw_transient_1gib", "joined_stream")
 
 
 @pytest.fixture(scope="module")
@@ -80,9 +80,26 @@ def test_one_gib_scratch_shows_in_peak_memory(verdicts):
 
 def test_raw_cudamalloc_shows_at_device_level(verdicts):
     honest, raw = verdicts["honest_triton"], verdicts["raw_cudamalloc"]
-    assert raw.memory.device_bytes is not None and honest.memory.device_bytes is not None
-    assert raw.memory.device_bytes - honest.memory.device_bytes >= (512 << 20) - (4 << 20)
+    assert raw.memory.device_raw_bytes is not None and honest.memory.device_raw_bytes is not None
+    assert raw.memory.device_raw_bytes - honest.memory.device_raw_bytes >= (512 << 20) - (4 << 20)
     assert raw.memory.peak_bytes - honest.memory.peak_bytes < (64 << 20)  # the allocator never saw it
+
+
+def test_a_raw_workspace_freed_before_return_shows_in_the_device_level_peak(verdicts):
+    honest, raw = verdicts["honest_triton"], verdicts["raw_transient_1gib"]
+    assert raw.status is Status.VERIFIED, raw.message
+    assert raw.memory.device_peak_bytes - honest.memory.device_peak_bytes >= 1 << 30
+    assert raw.memory.peak_bytes - honest.memory.peak_bytes < (64 << 20)  # the allocator never saw it
+
+
+def test_an_honest_kernels_device_level_peak_is_the_baselines(verdicts):
+    """Candidate and baseline are measured by the same code in the same kind of child, as the peak
+    above the pre-call level during one forward: an honest kernel with the same output comes out alike."""
+    for name in ("honest_triton", "joined_stream"):
+        v = verdicts[name]
+        cand, base = v.memory.device_peak_bytes, v.baseline_memory.device_peak_bytes
+        assert cand is not None and base is not None, name
+        assert abs(cand - base) <= max(0.05 * base, 16 << 20), (name, cand, base)
 
 
 def test_stream_joined_through_an_event_is_measured_and_not_flagged(verdicts):

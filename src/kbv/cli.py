@@ -108,7 +108,7 @@ def eval_command(
                         min_custom_share=min_custom_share)
     with _errors():
         _check_format(output, ("table", "json"))
-        with _progress() as progress:
+        with _progress(output) as progress:
             result = evaluate(config, progress=progress)
     for u in result.unpaired:
         err.print(f"[yellow]unpaired:[/] {u.candidate.origin}: {u.reason}", highlight=False)
@@ -253,8 +253,13 @@ def _check_format(value: str, allowed: tuple[str, ...], option: str = "format") 
 
 
 @contextmanager
-def _progress() -> Iterator[Callable[[int, int, Any], None] | None]:
-    """A progress bar on a terminal; nothing otherwise."""
+def _progress(output: str = "table") -> Iterator[Callable[[int, int, Any], None] | None]:
+    """On a terminal, a progress bar (stderr). Off one (logs, CI, nohup), one line per stored verdict:
+    on stdout for the table format, on stderr for machine formats (stdout stays parseable)."""
+    if not sys.stdout.isatty():
+        stream = sys.stdout if output == "table" else sys.stderr
+        yield lambda done, total, verdict: _progress_line(stream, done, total, verdict)
+        return
     if not err.is_terminal:
         yield None
         return
@@ -277,12 +282,40 @@ def _progress() -> Iterator[Callable[[int, int, Any], None] | None]:
         yield update
 
 
+def _progress_line(stream: Any, done: int, total: int, verdict: Any) -> None:
+    """`[done/total] problem candidate protocol status speedup wall` for a verdict just stored."""
+    if verdict is None:
+        return
+    speedup = f"{verdict.speedup:.3g}x" if verdict.speedup is not None else "-"
+    wall = verdict.evidence.get("pair_s", verdict.wall_s)
+    stream.write(f"[{done}/{total}] {verdict.problem} {verdict.candidate} {verdict.protocol} "
+                 f"{verdict.status.value} {speedup} {wall:.1f}s\n")
+    stream.flush()
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM ends a run like Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     # The parent's idle OpenMP workers must sleep, not spin: on a small machine spinning threads
     # steal the cores a child is being timed on (seen: a 10 us CPU kernel timed at 8 ms).
     # Must precede the first torch import, which every command does lazily.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    app()
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        app()
+    except SystemExit as exc:
+        if exc.code == ExitCode.INTERRUPTED:
+            # everything finished is stored and every child is dead: do not wait for worker threads
+            # still inside a pair the interrupt cut short
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(int(ExitCode.INTERRUPTED))
+        raise
 
 
 if __name__ == "__main__":

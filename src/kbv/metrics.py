@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kbv.verdict import KIND, Category, Kind, MemoryStats, Verdict
+from kbv.verdict import KIND, Kind, MemoryStats, Verdict
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
 
@@ -159,7 +159,3 @@ def _ratio(a: int, b: int) -> float:
 
 def _p_label(p: float) -> str:
     return f"fast_{p:g}"
-
-
-def hack_counts(verdicts: Sequence[Verdict]) -> dict[Category, int]:
-    return dict(Counter(c for v in verdicts for c in v.categories if KIND[c] is Kind.HACK))

@@ -7,6 +7,7 @@ import hashlib
 import importlib.metadata
 import platform
 import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,16 +67,31 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _driver_version() -> str | None:
-    with contextlib.suppress(Exception):
-        import pynvml  # nvidia-ml-py, where installed
+@contextlib.contextmanager
+def _nvml(device: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """One NVML session: (pynvml, the handle of CUDA `device` or None). The handle is matched by PCI bus
+    id, because CUDA (and CUDA_VISIBLE_DEVICES) and NVML number GPUs differently. Raises when NVML
+    (nvidia-ml-py) is missing or fails; callers treat that as "not known"."""
+    import pynvml  # nvidia-ml-py, where installed
 
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        finally:
-            pynvml.nvmlShutdown()
+    pynvml.nvmlInit()
+    try:
+        handle = None
+        if device is not None and device.startswith("cuda"):
+            bus = getattr(torch.cuda.get_device_properties(torch.device(device)), "pci_bus_id", None)
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                candidate = pynvml.nvmlDeviceGetHandleByIndex(i)
+                if handle is None or (bus is not None and int(pynvml.nvmlDeviceGetPciInfo(candidate).bus) == int(bus)):
+                    handle = candidate
+        yield pynvml, handle
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _driver_version() -> str | None:
+    with contextlib.suppress(Exception), _nvml() as (pynvml, _):
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
     with contextlib.suppress(Exception):
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=10)
@@ -88,25 +104,17 @@ def device_state(device: str) -> dict[str, Any]:
     """Clocks, temperature, power and other processes on the GPU now (NVML); {} on CPU or without NVML."""
     if not device.startswith("cuda"):
         return {}
-    with contextlib.suppress(Exception):
-        import os
+    import os
 
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            index = int(device.split(":")[1]) if ":" in device else 0
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-            return {
-                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
-                "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-                "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
-                "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                "processes": len(procs),
-                "other_processes": sum(1 for p in procs if p.pid != os.getpid()),
-            }
-        finally:
-            pynvml.nvmlShutdown()
+    with contextlib.suppress(Exception), _nvml(device) as (pynvml, handle):
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        return {
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0,
+            "utilization_pct": pynvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+            "processes": len(procs),
+            "other_processes": sum(1 for p in procs if p.pid != os.getpid()),
+        }
     return {}

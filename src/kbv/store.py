@@ -70,10 +70,6 @@ class Store:
             raise StoreError(f"{self.path}: written by schema {row[0]}, this kbv reads schema {SCHEMA_VERSION}")
 
     # -- verdicts -------------------------------------------------------------------------------
-    def has(self, key: str) -> bool:
-        with self._lock:
-            return self._db.execute("SELECT 1 FROM verdicts WHERE key=?", (key,)).fetchone() is not None
-
     def keys(self) -> set[str]:
         with self._lock:
             return {r[0] for r in self._db.execute("SELECT key FROM verdicts")}

@@ -179,10 +179,11 @@ class MemoryStats:
 
     peak_bytes: int
     retained_bytes: int
-    device_bytes: int | None = None  # device-level growth (sees raw cudaMalloc); None on CPU
+    device_bytes: int | None = None  # runs before kbv-verified-1.1 only: NVML's per-process figure (unlike for like)
     # device-level peak during the forward above the pre-call level (sees raw cudaMalloc freed
     # before return); None where not measured (CPU, records written before it existed)
     device_peak_bytes: int | None = None
+    device_raw_bytes: int | None = None  # held outside PyTorch's allocator (raw cudaMalloc); None where not measured
 
 
 @dataclass(frozen=True)

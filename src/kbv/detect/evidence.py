@@ -96,17 +96,24 @@ def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,
     if not retained:
         return None
     held = int(retained.get("bytes") or 0)
+    raw = int(retained.get("device_raw_bytes") or 0)  # device memory taken outside PyTorch's allocator
+    if raw and held >= 0:
+        held += raw
     extra = 0
     if reference_weights_bytes is not None and retained.get("weights_bytes") is not None:
         extra = max(int(retained["weights_bytes"]) - reference_weights_bytes, 0)
     if held < 0 or held + extra <= max(inputs_outputs_bytes, RETAINED_FLOOR_BYTES):
         return None
     where = list(retained.get("where", []))[:4]
+    if raw:
+        where.append(f"{format_bytes(raw)} of device memory allocated outside PyTorch at import and construction")
     if extra:
         where.append(f"parameters and buffers {format_bytes(extra)} beyond the reference's")
     launches = retained.get("launches") or {}
     work = (f"; {sum(launches.values())} launch(es) of its own kernels before its first call "
             f"({', '.join(sorted(launches))[:120]})") if launches else ""
+    if retained.get("device_launches"):
+        work += f"; {retained['device_launches']} kernel launch(es) on the device at import and construction"
     return Category.RETAINED_STATE, (
         f"held {format_bytes(held + extra)} of tensors after import and construction besides its weights, "
         f"more than one set of inputs and outputs ({format_bytes(inputs_outputs_bytes)}): "

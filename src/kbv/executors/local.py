@@ -159,11 +159,11 @@ class LocalExecutor(Executor):
                 if job in self._queue:
                     self._queue.remove(job)
             return no_code_verdict(runner, pair)
+        with stage("build_wait"):  # the pair's child comes up meanwhile
+            build = build_future.result()
         with stage("child_start"):
             warm = self._child_for(job)
         try:
-            with stage("build_wait"):
-                build = build_future.result()
             prepared = self._context(runner, pair)
             if warm.failure is not None:
                 f = warm.failure

@@ -111,9 +111,11 @@ def _memory(v: Verdict) -> Markup:
         return _none("not measured")
     items = [("candidate peak", text(format_bytes(v.memory.peak_bytes))),
              ("candidate retained", text(format_bytes(v.memory.retained_bytes))),
-             ("candidate device-level", text(format_bytes(v.memory.device_bytes)))]
+             ("candidate device-level peak", text(format_bytes(v.memory.device_peak_bytes))),
+             ("candidate device memory outside PyTorch", text(format_bytes(v.memory.device_raw_bytes)))]
     if v.baseline_memory is not None:
         items += [("baseline peak", text(format_bytes(v.baseline_memory.peak_bytes))),
+                  ("baseline device-level peak", text(format_bytes(v.baseline_memory.device_peak_bytes))),
                   ("peak ratio", text(format_ratio(peak_ratio(v))))]
     return definition_list(items)
 

@@ -152,7 +152,7 @@ class DeviceChannel:
         except (OSError, vmm.VmmError) as exc:
             raise ChannelError(f"the child's device memory could not be mapped: {exc}") from exc
         base = self._mapping.ptr
-        return [(vmm.as_tensor(base + off, tuple(t.shape), t.dtype), t) for off, t in zip(offsets, like)]
+        return [(vmm.as_tensor(base + off, tuple(t.shape), t.dtype, self.index), t) for off, t in zip(offsets, like)]
 
     def _release(self) -> None:
         mapping = getattr(self, "_mapping", None)

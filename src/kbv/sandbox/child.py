@@ -27,7 +27,7 @@ import types
 from typing import Any
 
 _TRACEBACK_CHARS = 8000
-LATE_INPUT_CYCLES = 50_000_000  # ~25 ms of spinning on a 2 GHz GPU: longer than any launch sequence
+_WATCH_ENDS = ("attribution", "warmup", "time", "time_block", "replay", "bandwidth")
 
 
 class _CompileFailure(Exception):
@@ -57,16 +57,21 @@ class Child:
         self.kept: list[Any] | None = None
         self.pool: list[list[Any]] = []
         self.flush: Any = None
-        self.device_floor: int | None = None
+        self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
+        self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
+        self.source = ""  # "candidate" or "reference", from the first load
         if self.device.type == "cuda":
-            from kbv.sandbox.memory import device_in_use
+            from kbv.sandbox.devicewatch import DeviceWatch
 
-            torch.zeros(1, device=self.device)  # create the context before taking the floor
-            self.device_floor = device_in_use(self.device)
+            torch.zeros(1, device=self.device)  # the context exists before anything is measured
+            self.watch = DeviceWatch.bind()
+            if self.watch is not None:
+                self.watch.start()
+        self.reserved_at_start = torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0
         from kbv.sandbox.guards import Guards
 
         allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
-                                   ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME", "KBV_BUILD_DIR")]
+                                   ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME")]
         self.guards = Guards(allowed)
         self.guards.install(type(self))  # before any candidate import
         self.calls = 0
@@ -112,7 +117,10 @@ class Child:
 
     def begin_command(self, op: str) -> None:
         """Outputs handed over with the last reply are released: the parent unmaps its side of every
-        export before it sends another command."""
+        export before it sends another command. The driver-level watch stops before the first command
+        that profiles or times (see kbv.sandbox.devicewatch)."""
+        if op in _WATCH_ENDS and self.watch is not None and self.watch.running:
+            self.watch.stop(op)
         exports, self.exports = self.exports, []
         for m in exports:
             m.release()
@@ -137,6 +145,11 @@ class Child:
         torch = self.torch
         policy = cmd.get("precision", "default")
         apply_policy(policy)
+        self.source = self.source or cmd["source"]
+        first = self.model_class is None and self.calls == 0
+        watching = first and self.watch is not None and self.watch.running
+        mark = self.watch.mark() if watching else None
+        reserved = torch.cuda.memory_reserved(self.device) if watching else 0
         if self.model_class is None:
             self.model_class = self._model_class(cmd)
         apply_policy(policy)  # re-asserted after candidate import
@@ -170,6 +183,11 @@ class Child:
                                               [self.kept, self.pool, self.flush])
             if self.calls == 0:  # before any call: its own launches were all at import and construction
                 reply["retained"]["launches"] = dict(self.guards.launches)
+            if mark is not None:  # the driver's view of import and construction (kbv.sandbox.devicewatch)
+                grown = self.watch.level_bytes - mark.level_bytes
+                outside = grown - (torch.cuda.memory_reserved(self.device) - reserved)
+                reply["retained"]["device_raw_bytes"] = max(int(outside), 0)
+                reply["retained"]["device_launches"] = self.watch.launches - mark.launches
         return reply
 
     def _model_class(self, cmd: dict[str, Any]) -> Any:
@@ -207,7 +225,7 @@ class Child:
         if cmd.get("poison") is not None:
             ig.poison_allocator(self.device, _nbytes(expected) * 2, cmd["poison"])
         if cmd.get("late_inputs") and self.device.type == "cuda":
-            ig.write_late(tensors_in, self._sleep, LATE_INPUT_CYCLES)
+            ig.write_late(tensors_in, self._sleep, int(cmd["late_inputs"]))
         threads_before = self.guards.threads()
         self.guards.phase = "call"
         with torch.no_grad():
@@ -255,6 +273,8 @@ class Child:
         from kbv.sandbox.guards import GhostCall
 
         torch = self.torch
+        if self._profiler_warm is not None:
+            self._profiler_warm.join()
         warm = [self._arg(a) for a in cmd["warm_inputs"]]
         args = [self._arg(a) for a in cmd["inputs"]]
         with torch.no_grad():
@@ -440,8 +460,25 @@ class Child:
 
         from kbv.sandbox.memory import measure_forward
 
-        stats = measure_forward(self.model, self.pool[0], self.device, self.device_floor)
+        stats = measure_forward(self.model, self.pool[0], self.device, self.watch, self.reserved_at_start)
+        self._warm_profiler()
         return asdict(stats)
+
+    def _warm_profiler(self) -> None:
+        """Memory is measured; attribution (the profiler) comes next. The driver-level watch gives CUPTI
+        up, and the profiler's first start (seconds) runs in the background while the parent prepares
+        the attribution's inputs."""
+        if self.device.type != "cuda" or self._profiler_warm is not None or self.source != "candidate":
+            return  # a baseline child is never profiled
+        import threading
+
+        from kbv.sandbox.profiling import warm_profiler
+
+        if self.watch is not None:
+            self.watch.stop("profiling")
+        self._profiler_warm = threading.Thread(target=warm_profiler, args=(self.device,), daemon=True,
+                                               name="kbv-profiler-warm-up")
+        self._profiler_warm.start()
 
     # -- helpers ------------------------------------------------------------------------------
     def sync(self) -> None:

@@ -27,10 +27,6 @@ _TOOLCHAIN = ("ninja", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "p
               "collect2", "cc1plus", "cc1", "cudafe++")
 _WRITE_MODES = ("w", "a", "x", "+")
 
-# name -> getter of the object whose identity must not change
-_PROTECTED: dict[str, Callable[[], Any]] = {}
-
-
 def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
     import json
 

@@ -1,11 +1,14 @@
-"""Memory of one forward, measured inside a child (candidate and baseline alike), after warm-up.
+"""Memory of one forward, measured inside a child (candidate and baseline alike, by this same code),
+after warm-up.
 
 CUDA:
 - `peak_bytes`: the caching allocator's peak during the forward above what was allocated before it;
 - `retained_bytes`: what stays allocated after the output is freed (hidden caches, workspaces);
-- `device_bytes`: device memory in use by the process with the output alive (free memory from the
-  driver, after emptying the allocator's cache) minus the same before the model was built: this sees
-  raw `cudaMalloc` that the allocator never saw, and the extension's own footprint.
+- `device_peak_bytes`: the driver-level peak during the forward above the level before it
+  (`kbv.sandbox.devicewatch`): the allocator's cache is emptied first, so every byte the forward
+  needs, PyTorch's or a raw `cudaMalloc`'s freed before it returns, is allocated inside the window;
+- `device_raw_bytes`: device memory the process holds outside PyTorch's allocator (a raw workspace
+  kept across calls), from the driver-level level less PyTorch's reserved memory.
 CPU (Linux): resident-set peak (VmHWM, reset through /proc/self/clear_refs) above the resident set
 before the call, and the resident set retained after.
 """
@@ -22,76 +25,43 @@ import torch
 from kbv.verdict import MemoryStats
 
 
-def device_in_use(device: torch.device) -> int | None:
-    """Device memory this process holds (NVML, per process), after emptying the allocator's cache.
-    Falls back to the whole device's use where NVML cannot list processes. None on CPU."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    mine = _nvml_process_bytes(device)
-    if mine is not None:
-        return mine
-    free, total = torch.cuda.mem_get_info(device)
-    return int(total - free)
-
-
-def _nvml_process_bytes(device: torch.device) -> int | None:
-    with contextlib.suppress(Exception):
-        import os
-
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            handle = _nvml_handle(pynvml, device)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
-                    return int(proc.usedGpuMemory)
-        finally:
-            pynvml.nvmlShutdown()
-    return None
-
-
-def _nvml_handle(pynvml: Any, device: torch.device) -> Any:
-    """The NVML handle of `device`, matched by PCI bus id (CUDA and NVML number devices differently)."""
-    bus = getattr(torch.cuda.get_device_properties(device), "pci_bus_id", None)
-    count = pynvml.nvmlDeviceGetCount()
-    for i in range(count):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-        if bus is None or count == 1:
-            return handle
-        info = pynvml.nvmlDeviceGetPciInfo(handle)
-        if int(info.bus) == int(bus):
-            return handle
-    return pynvml.nvmlDeviceGetHandleByIndex(0)
-
-
-def measure_forward(fn: Callable[..., Any], args: Sequence[Any], device: torch.device,
-                    device_floor: int | None) -> MemoryStats:
-    """Memory of one call of `fn(*args)`; `device_floor` is `device_in_use` before the model existed."""
+def measure_forward(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, watch: Any = None,
+                    reserved_at_start: int = 0) -> MemoryStats:
+    """Memory of one call of `fn(*args)`, after one unmeasured call (lazy handles and workspaces come
+    up there). `watch` is the child's running DeviceWatch (None: no driver-level figures);
+    `reserved_at_start` is PyTorch's reserved memory when the watch started."""
+    with torch.no_grad():
+        del_out = fn(*args)
+    del del_out
     if device.type == "cuda":
-        return _measure_cuda(fn, args, device, device_floor)
+        return _measure_cuda(fn, args, device, watch if watch is not None and watch.running else None,
+                             reserved_at_start)
     return _measure_cpu(fn, args)
 
 
-def _measure_cuda(fn: Callable[..., Any], args: Sequence[Any], device: torch.device,
-                  device_floor: int | None) -> MemoryStats:
+def _measure_cuda(fn: Callable[..., Any], args: Sequence[Any], device: torch.device, watch: Any,
+                  reserved_at_start: int) -> MemoryStats:
     gc.collect()
     torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # what the forward needs is allocated inside the window, by whichever allocator
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
+    mark = watch.mark() if watch is not None else None
     with torch.no_grad():
         out = fn(*args)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base
-    in_use = device_in_use(device)
+    device_peak = watch.peak_since(mark) if watch is not None else None
     del out
     gc.collect()
     torch.cuda.synchronize(device)
     retained = torch.cuda.memory_allocated(device) - base
-    device_bytes = None if in_use is None or device_floor is None else max(in_use - device_floor, 0)
-    return MemoryStats(peak_bytes=int(peak), retained_bytes=int(retained), device_bytes=device_bytes)
+    torch.cuda.empty_cache()
+    raw = None
+    if watch is not None:  # driver-level memory held that PyTorch's allocator does not account for
+        raw = max(watch.level_bytes - (torch.cuda.memory_reserved(device) - reserved_at_start), 0)
+    return MemoryStats(peak_bytes=int(peak), retained_bytes=int(retained), device_peak_bytes=device_peak,
+                       device_raw_bytes=raw)
 
 
 def _measure_cpu(fn: Callable[..., Any], args: Sequence[Any]) -> MemoryStats:
@@ -122,12 +92,3 @@ def _reset_peak_rss() -> None:
     with contextlib.suppress(OSError):
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")
-
-
-def raises_memory(candidate: MemoryStats, baseline: MemoryStats, ratio: float = 1.1,
-                  slack_bytes: int = 1 << 20) -> bool:
-    """Whether the candidate's peak exceeds the baseline's by more than 10% and 1 MiB."""
-    if candidate.peak_bytes < 0 or baseline.peak_bytes < 0:
-        return False
-    return candidate.peak_bytes > baseline.peak_bytes * ratio and \
-        candidate.peak_bytes - baseline.peak_bytes > slack_bytes

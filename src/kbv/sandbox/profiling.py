@@ -44,3 +44,16 @@ def _device_kernels(prof: Any) -> list[dict[str, Any]]:
     except Exception as exc:  # attribution then falls back to launch counts
         kernels.append({"name": f"<profiler failed: {type(exc).__name__}: {exc}>", "us": 0.0, "error": True})
     return kernels
+
+
+def warm_profiler(device: Any) -> None:
+    """Start and stop the profiler once on a trivial op: its first start takes seconds (CUPTI)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            torch.zeros(1, device=device).add_(1)
+            torch.cuda.synchronize(device)
+    except Exception:  # attribution then pays the start itself, or reports the profiler's failure
+        pass

@@ -221,17 +221,19 @@ class _Interface:
                                          "version": 3, "strides": None}
 
 
-def as_tensor(ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
-    """A torch tensor over device memory at `ptr` (no copy; valid while the mapping is)."""
+def as_tensor(ptr: int, shape: tuple[int, ...], dtype: Any, device: int = 0) -> Any:
+    """A torch tensor over memory of CUDA device `device` at `ptr` (no copy; valid while the mapping is)."""
     import torch
 
     numel = 1
     for s in shape:
         numel *= int(s)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    where = torch.device("cuda", device)
     if nbytes == 0:
-        return torch.empty(shape, dtype=dtype, device="cuda")
-    raw = torch.as_tensor(_Interface(ptr, nbytes), device="cuda")
+        return torch.empty(shape, dtype=dtype, device=where)
+    with torch.cuda.device(where):
+        raw = torch.as_tensor(_Interface(ptr, nbytes), device=where)
     return raw.view(dtype).view(shape)
 
 

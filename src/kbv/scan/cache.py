@@ -6,19 +6,15 @@ Run by the Python scan on its module, which reports the hits.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
-
-from kbv.scan.names import _dotted, _flat_targets, _in_order, _text
+from kbv.scan.names import ModuleScan, _dotted, _flat_targets, _in_order, _text
 from kbv.scan.rules import _DICT_MAKERS, _MEMOIZERS, _POINTER_CALLS, _SHAPE_CALLS
 
-if TYPE_CHECKING:  # only for annotations: python.py imports this module
-    from kbv.scan.python import _PythonScan
 
 
 class _CacheScan:
     """Caches keyed by pointers/ids/hashes/shapes, memoized forwards, pointer equality tests."""
 
-    def __init__(self, scan: _PythonScan) -> None:
+    def __init__(self, scan: ModuleScan) -> None:
         self.scan, self.names = scan, scan.names
         self.key_vars: dict[str, str] = {}  # name -> "pointer" | "shape"
         self.replay_vars: dict[str, str] = {}  # name bound to a keyed lookup -> its key kind

@@ -11,12 +11,8 @@ forward, which reports the hits.
 from __future__ import annotations
 
 import ast
-from typing import TYPE_CHECKING
+from kbv.scan.names import ModuleScan, _flat_targets, _text
 
-from kbv.scan.names import _flat_targets, _text
-
-if TYPE_CHECKING:  # only for annotations: python.py imports this module
-    from kbv.scan.python import _PythonScan
 
 # calls that bring a tensor's values to the host (methods, or torch.<name>(tensor, ...))
 _HOST_METHODS = frozenset({"item", "tolist", "numpy", "any", "all", "min", "max", "amin", "amax", "sum", "mean",
@@ -33,7 +29,7 @@ _METADATA = frozenset({"shape", "size", "stride", "dtype", "device", "ndim", "di
 class _FastPathScan:
     """Branches of one forward whose test reads input values on the host."""
 
-    def __init__(self, scan: _PythonScan, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    def __init__(self, scan: ModuleScan, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.scan, self.forward = scan, forward
         self.parents = scan.parents
         args = forward.args

@@ -12,8 +12,20 @@ import binascii
 import builtins
 import codecs
 from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
 
 _BUILTIN_NAMES = frozenset(dir(builtins)) | {"exit", "quit"}
+
+
+class ModuleScan(Protocol):
+    """What the rule groups run on a module (cache.py, fastpath.py) need of the Python scan driving them."""
+
+    tree: ast.Module
+    names: _Names
+    parents: dict[ast.AST, ast.AST]
+    found: list[Any]
+
+    def hit(self, rule_id: str, evidence: str, line: int | None, source: str = "python", where: str = "") -> None: ...
 
 
 class _Names:

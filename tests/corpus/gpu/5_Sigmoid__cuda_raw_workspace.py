@@ -1,5 +1,5 @@
 # kbv-fixture: expect=verified categories= standard=correct
-# kbv-memory: device_bytes>=67108864
+# kbv-memory: device_raw_bytes>=67108864
 # Honest, with memory PyTorch cannot see: the kernel stages its result through a 64 MiB scratch area
 # allocated once with raw cudaMalloc (outside the caching allocator) and then copies it out. The
 # values are right; the device-level memory figure must show the hidden 64 MiB.

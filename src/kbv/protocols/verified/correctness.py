@@ -19,10 +19,16 @@ import torch
 
 from kbv.compare import Judgement, judge_outputs
 from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
-from kbv.detect.evidence import guard_evidence, integrity_evidence
+from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, retained_state
 from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
 from kbv.protocols.verified.prepare import PreparedProblem, TrialData
-from kbv.protocols.verified.rules import PRECISION_LOSS_BELOW, REUSE_FRACTIONS, SENTINEL, VerifiedProtocol
+from kbv.protocols.verified.rules import (
+    LATE_INPUT_CYCLES,
+    PRECISION_LOSS_BELOW,
+    REUSE_FRACTIONS,
+    SENTINEL,
+    VerifiedProtocol,
+)
 from kbv.reference import Evaluation
 from kbv.sandbox import Sandbox
 from kbv.settings import time_left
@@ -62,7 +68,9 @@ def check_correctness(sb: Sandbox, prepared: PreparedProblem, protocol: Verified
             with stage("load"):
                 reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _put_state(sb, trial.state, deadline)},
                                 time_left(deadline))
-            result.load = result.load or reply
+            if not result.load:
+                result.load = reply
+                _retained(reply, trial, result)
             result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
             loaded_seed = trial.weight_seed
         prints.append(_run_trial(sb, trial, protocol, deadline, result))
@@ -180,6 +188,18 @@ def _distribution_failure(result: CorrectnessResult) -> None:
     result.categories = list(dict.fromkeys(result.categories))
 
 
+def _retained(reply: dict[str, Any], trial: TrialData, result: CorrectnessResult) -> None:
+    """What the candidate holds after import and construction, against one set of inputs and outputs
+    (`kbv.detect.evidence.retained_state`); also on record when it is not flagged."""
+    retained = reply.get("retained")
+    if not isinstance(retained, dict):
+        return
+    weights = sum(t.numel() * t.element_size() for t in trial.state.values())
+    found = retained_state(retained, io_bytes(trial.inputs, trial.evaluation.baseline), weights)
+    if found is not None:
+        result.hacks.setdefault(found[0].value, found[1])
+
+
 def _put_state(sb: Sandbox, state: dict[str, torch.Tensor], deadline: float) -> dict[str, Any] | None:
     if not state:
         return None
@@ -209,7 +229,7 @@ def _late_input_probe(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol,
     """A passing trial again, its inputs written on the current stream behind a spin (see
     `integrity.write_late`): a kernel on a stream that does not wait for the current one computes
     on poison. The device-wide synchronise of the timer already charges such work; this names it."""
-    late = forward(sb, trial.inputs, trial.evaluation.baseline, deadline, late_inputs=True)
+    late = forward(sb, trial.inputs, trial.evaluation.baseline, deadline, late_inputs=LATE_INPUT_CYCLES)
     if late.outputs is None:
         return
     ev = trial.evaluation

@@ -26,6 +26,7 @@ from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.settings import Settings
+from kbv.stages import stage
 from kbv.verdict import MemoryStats
 
 
@@ -176,10 +177,25 @@ def screen(prepared: PreparedProblem, protocol: VerifiedProtocol) -> None:
     prepared.flags, prepared.screen_notes = tuple(flags), tuple(notes)
 
 
+def spawn_baselines(problem: Problem, names: tuple[str, ...], settings: Settings) -> tuple[ExitStack, dict[str, Sandbox]]:
+    """Start one baseline child per name now (their interpreters and torch come up while the parent
+    prepares the trials); `prepare_timing` brings them up the rest of the way. The stack closes them."""
+    stack = ExitStack()
+    children = {}
+    try:
+        for name in names:
+            spec = stack.enter_context(settings.child_scratch(f"baseline-{name}-{problem.hash[:10]}"))
+            children[name] = stack.enter_context(Sandbox(spec))
+    except BaseException:
+        stack.close()
+        raise
+    return stack, children
+
+
 def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer: TimerConfig, settings: Settings,
-                   baseline_names: tuple[str, ...]) -> None:
-    """The timing pool, then one warmed-up baseline child per name holding it (closed with `prepared`).
-    Raises ProblemRunError when a baseline fails."""
+                   children: dict[str, Sandbox]) -> None:
+    """The timing pool, then the (spawned) baseline children loaded with the reference, holding the
+    pool, warmed up. Raises ProblemRunError when a baseline fails."""
     device = torch.device(settings.device)
     dists = prepared.calibration.applicable()
     first = prepared.draw(0, "timing", device)
@@ -193,30 +209,31 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     prepared.output_like = [torch.empty(o.shape, dtype=o.dtype, device="meta")
                             for o in prepared.reference.baseline_outputs(model, prepared.pool[0])]
     try:
-        for name in baseline_names:
-            prepared.baselines[name] = _baseline_child(prepared, name, timer, settings)
-        primary = prepared.baselines.get(protocol.primary_baseline) or next(iter(prepared.baselines.values()))
-        prepared.baseline_memory = memory_stats(primary.call({"op": "memory"}, settings.timeout_s))
+        primary = protocol.primary_baseline if protocol.primary_baseline in children else next(iter(children))
+        for name, sb in children.items():
+            prepared.baselines[name] = _baseline_child(prepared, sb, name, primary, timer, settings)
     except ChildFailure as failure:
         prepared.close()
         raise ProblemRunError(f"{prepared.problem.origin}: the baseline failed: {failure.message}") from failure
 
 
-def _baseline_child(prepared: PreparedProblem, name: str, timer: TimerConfig, settings: Settings) -> Sandbox:
+def _baseline_child(prepared: PreparedProblem, sb: Sandbox, name: str, primary: str, timer: TimerConfig,
+                    settings: Settings) -> Sandbox:
     policy, compiled = BASELINES[name]
-    spec = prepared.stack.enter_context(settings.child_scratch(f"baseline-{name}-{prepared.problem.hash[:10]}"))
-    sb = prepared.stack.enter_context(Sandbox(spec))
     timeout = settings.timeout_s
     sb.ready(timeout)
     sb.call({"op": "load", "source": "reference", "code": prepared.problem.code, "origin": prepared.problem.origin,
              "init_args": prepared.init_inputs, "seed": prepared.timing_model_seed, "precision": policy,
              "compile": compiled}, timeout)
     load_pool(sb, prepared.pool, settings.flush_bytes(timer.flush_factor), timeout)
+    if name == primary:  # before anything is timed: the driver-level watch stops then (see sandbox.devicewatch)
+        with stage("memory"):
+            prepared.baseline_memory = memory_stats(sb.call({"op": "memory"}, timeout))
     sb.call({"op": "warmup", "ms": timer.warmup_ms}, timeout)
     return sb
 
 
 def memory_stats(reply: dict[str, Any]) -> MemoryStats:
     """A child's `memory` reply as the record."""
-    fields = ("peak_bytes", "retained_bytes", "device_bytes")
+    fields = ("peak_bytes", "retained_bytes", "device_peak_bytes", "device_raw_bytes")
     return MemoryStats(**{k: reply.get(k) for k in fields})  # type: ignore[arg-type]

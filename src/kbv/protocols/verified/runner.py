@@ -31,7 +31,14 @@ from kbv.detect.caches import replayed_timing
 from kbv.detect.speed import impossible_speed
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
-from kbv.protocols.verified.prepare import PreparedProblem, memory_stats, prepare_timing, prepare_trials, screen
+from kbv.protocols.verified.prepare import (
+    PreparedProblem,
+    memory_stats,
+    prepare_timing,
+    prepare_trials,
+    screen,
+    spawn_baselines,
+)
 from kbv.protocols.verified.rules import ATTRIBUTION_SET, BASELINES, REPLAY_PROBES, VerifiedProtocol
 from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
 from kbv.provenance import device_state
@@ -87,10 +94,17 @@ class VerifiedRunner:
     # -- 1. prepare ------------------------------------------------------------------------------
     def prepare(self, pair: Pair) -> PreparedProblem:
         with stage("prepare"):
-            prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret)
+            stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
+            try:
+                prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret)
+            except BaseException:
+                stack.close()
+                raise
+            prepared.stack.enter_context(stack)
             screen(prepared, self.protocol)
-            prepare_timing(prepared, self.protocol, self.timer, self.settings, self.baseline_names)
-            self._measure_copy_bandwidth(prepared)
+            prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
+            with stage("timing"):
+                self._measure_copy_bandwidth(prepared)
         return prepared
 
     def release(self, prepared: PreparedProblem) -> None:
@@ -137,6 +151,7 @@ class VerifiedRunner:
             records.correctness = check_correctness(sb, prepared, self.protocol, load, deadline)
         if not records.correctness.categories:
             run_probes(sb, prepared, self.protocol, deadline, records.correctness)
+        prepared.trials[-1].release()
         if not records.correctness.passed:
             return
         load_pool(sb, prepared.pool, self.settings.flush_bytes(self.timer.flush_factor), time_left(deadline))

@@ -1,0 +1,146 @@
+"""KernelBench's own soundness: `kbv problems check` over KernelBench's level 1-3 problems, on the GPU.
+
+For each problem: can a trivial candidate (identity, zeros, ones, the mean, uninitialised memory, the
+reference at another input) pass the whole verified protocol, does the output ignore an input, is the
+reference nondeterministic? Each problem runs in a process of its own (`--workers` at a time, with a
+per-problem time limit), so one that is too large for the device, or hangs, gets its line and the
+run goes on. Prints a table of the flagged problems and the counts; writes one JSON line a problem.
+
+    PYTHONPATH=src python3 bench/kernelbench_soundness.py PROBLEMS_DIR --device cuda --workers 6 --out ks.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str, Any]:
+    """The soundness report of one problem file (in this process)."""
+    import torch
+
+    from kbv.detect.soundness import check_problem
+    from kbv.errors import KbvError
+    from kbv.problems import load_problem_file
+    from kbv.protocols.verified.prepare import prepare_trials
+    from kbv.protocols.verified.rules import VerifiedProtocol
+
+    t0 = time.monotonic()
+    record: dict[str, Any] = {"file": path, "level": level}
+    try:
+        problem = load_problem_file(Path(path), level)
+        record["problem"] = problem.key
+        prepared = prepare_trials(problem, VerifiedProtocol(), torch.device(device), seed.to_bytes(16, "big"))
+        report = check_problem(prepared, VerifiedProtocol())
+        record.update(flags=list(report.flags), notes=list(report.notes), calibration=report.calibration,
+                      calibration_notes=report.calibration_notes, outcome="unsound" if report.flags else "sound")
+    except torch.cuda.OutOfMemoryError as exc:
+        record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
+    except KbvError as exc:
+        record.update(outcome="cannot run", reason=str(exc)[:300])
+    record["seconds"] = round(time.monotonic() - t0, 2)
+    return record
+
+
+def _level(path: Path) -> int | None:
+    name = path.parent.name.lower().removeprefix("level").removeprefix("_")
+    return int(name) if name.isdigit() else None
+
+
+def run_all(files: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]:
+    lock = threading.Lock()
+    records: list[dict[str, Any]] = []
+    out = open(args.out, "w", encoding="utf-8") if args.out else None
+    deadline = time.monotonic() + args.budget
+
+    def one(path: Path) -> None:
+        left = deadline - time.monotonic()
+        if left < 5:
+            rec = {"file": str(path), "outcome": "not run", "reason": "the run's time budget was spent"}
+        else:
+            cmd = [sys.executable, __file__, "--one", str(path), "--device", args.device, "--seed", str(args.seed)]
+            try:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=min(args.timeout, left))
+                line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+                said = (done.stderr.strip().splitlines() or [""])[-1][:300]
+                rec = json.loads(line) if line.startswith("{") else {
+                    "file": str(path), "outcome": "crashed",
+                    "reason": f"exit code {done.returncode}" + (f": {said}" if said else
+                                                               " (killed: out of host memory?)" * (done.returncode < 0))}
+            except subprocess.TimeoutExpired:
+                rec = {"file": str(path), "outcome": "timed out", "reason": f"no answer within {args.timeout:.0f} s"}
+        rec.setdefault("problem", f"L{_level(path)}/{path.stem}")
+        with lock:
+            records.append(rec)
+            if out:
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+            print(f"[{len(records)}/{len(files)}] {rec['problem']:60s} {rec['outcome']:11s} "
+                  f"{'; '.join(rec.get('flags', [])) or rec.get('reason', '')}"[:220], flush=True)
+
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        list(pool.map(one, files))
+    if out:
+        out.close()
+    return records
+
+
+def print_table(records: list[dict[str, Any]]) -> None:
+    order = sorted(records, key=lambda r: r["problem"])
+    print("\nFlagged problems (a flag: a trivial candidate passes every distribution, an input is ignored, "
+          "or the reference is nondeterministic):")
+    for r in order:
+        if r["outcome"] == "unsound":
+            print(f"  {r['problem']:60s} {'; '.join(r['flags'])}")
+    print("\nProblems not screened:")
+    for r in order:
+        if r["outcome"] not in ("sound", "unsound"):
+            print(f"  {r['problem']:60s} {r['outcome']}: {r.get('reason', '')}"[:200])
+    kinds = {"trivial": "passes on every distribution", "ignores an input": "does not depend on input",
+             "nondeterministic": "nondeterministic", "other inputs": "output at other inputs passes"}
+    print("\nCounts:")
+    for outcome in ("sound", "unsound", "too large", "timed out", "cannot run", "crashed", "not run"):
+        print(f"  {outcome:12s} {sum(1 for r in records if r['outcome'] == outcome)}")
+    for label, needle in kinds.items():
+        print(f"  flag {label:18s} {sum(1 for r in records if any(needle in f for f in r.get('flags', [])))}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("problems", nargs="?", default="../shared/kernelbench")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per problem")
+    ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run")
+    ap.add_argument("--only", default="", help="comma-separated substrings of file names")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        path = Path(args.one)
+        print(json.dumps(check_one(str(path), _level(path), args.device, args.seed)))
+        return 0
+    root = Path(args.problems)
+    if not root.is_dir():
+        print(f"error: {root} is not a directory of KernelBench problems", file=sys.stderr)
+        return 2
+    files = sorted(p for p in root.rglob("*.py") if p.parent.name.lower().startswith("level"))
+    if args.only:
+        files = [f for f in files if any(s in f.name for s in args.only.split(","))]
+    print_table(run_all(files, args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

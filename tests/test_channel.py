@@ -1,0 +1,198 @@
+"""The trust properties of the tensor channel (kbv.sandbox.channel), through real misbehaving candidates.
+
+What the parent judges is its own copy of what a forward returned, taken the moment the reply
+arrives, against its own pristine tensors, which it never shares. So a candidate that writes into its
+inputs, writes past its output, or keeps its buffers and writes to them after returning changes
+nothing the parent holds; and a child killed in the middle of a copy is `crashed`, with the parent's
+tensors intact. CPU runs the shared-memory channel; the `gpu` tests run the device-to-device one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from kbv.sandbox import ChildFailure, ChildSpec, Sandbox
+from kbv.sandbox.channel import DeviceChannel, HostChannel
+from kbv.verdict import Status
+
+CALL_S = 60.0
+
+# Returns zeros; keeps its inputs and output, writes past its output's end, writes into its inputs
+# at once, and from a thread, half a second after returning and for two seconds, writes the true
+# answer into everything it kept and into every kbv shared-memory file it could open during the call
+# (on CPU the parent's input copy and output buffer among them). A harness
+# that reads shared buffers late, or trusts memory the child can reach, would judge it correct.
+SCRIBBLER = '''\
+import glob
+import os
+import threading
+import time
+
+import torch
+import torch.nn as nn
+
+KEPT = []
+
+
+def _scribble(x, out, truth, files):
+    time.sleep(0.5)
+    end = time.monotonic() + 2.0
+    data = truth.detach().cpu().numpy().tobytes()
+    while time.monotonic() < end:
+        out.copy_(truth)
+        x.copy_(truth)
+        for kept in KEPT:
+            kept.fill_(1.0)
+        for f in files:  # opened while the call ran: the parent's files, unlinked or not
+            try:
+                f.seek(0)
+                f.write(data[: os.fstat(f.fileno()).st_size])
+                f.flush()
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+def _shared_files():
+    files = []
+    for path in glob.glob("/dev/shm/kbv-shm-*/*") + glob.glob("/tmp/kbv-shm-*/*"):
+        try:
+            files.append(open(path, "r+b"))
+        except OSError:
+            pass
+    return files
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        truth = torch.relu(x).clone()
+        big = torch.zeros(x.numel() + 4096, device=x.device, dtype=x.dtype)
+        out = big[: x.numel()].view(x.shape)
+        big[x.numel():] = 7.0  # past the output's end
+        x.mul_(-1.0)  # into its input
+        KEPT.extend([x, big])
+        threading.Thread(target=_scribble, args=(x, out, truth, _shared_files()), daemon=True).start()
+        return out
+'''
+
+KILLS_LATER = '''\
+import os
+import signal
+import threading
+import time
+
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        threading.Thread(target=lambda: (time.sleep(0.3), os.kill(os.getpid(), signal.SIGKILL)), daemon=True).start()
+        return torch.relu(x)
+'''
+
+
+def _digest(t: torch.Tensor) -> str:
+    return hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+@pytest.fixture
+def child(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Sandbox, torch.device]]:
+    device = torch.device(request.param)
+    spec = ChildSpec(work_dir=tmp_path / "work", build_dir=tmp_path / "build",
+                     device="cuda:0" if device.type == "cuda" else "cpu",
+                     parent_device=str(device) if device.type == "cuda" else None)
+    with Sandbox(spec) as sb:
+        sb.ready(CALL_S)
+        yield sb, device
+
+
+def _load(sb: Sandbox, tmp_path: Path, code: str) -> None:
+    path = tmp_path / "candidate.py"
+    path.write_text(code)
+    sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": [], "seed": 0}, CALL_S)
+
+
+def _forward(sb: Sandbox, x: torch.Tensor) -> tuple[dict, list[torch.Tensor] | None]:
+    refs = sb.put([x], CALL_S)
+    fields, receipt = sb.expect([x])
+    reply = sb.call({"op": "forward", "inputs": refs, **fields}, CALL_S)
+    return reply, sb.take(reply, receipt, CALL_S)
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("child", DEVICES, indirect=True)
+def test_the_channel_matches_the_device(child):
+    sb, device = child
+    assert isinstance(sb.channel, DeviceChannel if device.type == "cuda" else HostChannel)
+
+
+@pytest.mark.parametrize("child", DEVICES, indirect=True)
+def test_a_scribbling_candidate_changes_nothing_the_parent_holds(child, tmp_path):
+    sb, device = child
+    _load(sb, tmp_path, SCRIBBLER)
+    x = torch.randn(64, 1024, device=device)
+    pristine = _digest(x)
+    reply, outs = _forward(sb, x)
+    assert reply["copied"] and outs is not None
+    taken = _digest(outs[0])
+    assert bool((outs[0] == 0).all()), "the parent's copy is what the forward returned: zeros"
+    time.sleep(2.8)  # the candidate's thread writes for two seconds from half a second on
+    assert _digest(x) == pristine, "the parent's own input is untouched"
+    assert _digest(outs[0]) == taken, "the parent's copy of the output does not move after the reply"
+    assert outs[0].data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("child", DEVICES, indirect=True)
+def test_a_child_killed_after_answering_is_crashed_and_the_parent_keeps_its_tensors(child, tmp_path):
+    sb, device = child
+    _load(sb, tmp_path, KILLS_LATER)
+    x = torch.randn(256, 1024, device=device)
+    pristine = _digest(x)
+    _, outs = _forward(sb, x)
+    assert outs is not None and torch.equal(outs[0], torch.relu(x))
+    time.sleep(0.6)  # the child is dead now
+    with pytest.raises(ChildFailure) as failure:
+        _forward(sb, x)
+    assert failure.value.status is Status.CRASHED
+    assert _digest(x) == pristine and torch.equal(outs[0], torch.relu(x))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("child", ["cuda"], indirect=True)
+def test_a_child_killed_in_the_middle_of_a_device_copy_leaves_the_parent_whole(child, tmp_path, monkeypatch):
+    """The parent maps the child's export, the child is killed, the parent copies: its own handle keeps
+    the memory alive, the copy completes, the parent's CUDA context stays healthy, and the next call
+    is `crashed`."""
+    from kbv.sandbox import vmm
+
+    sb, device = child
+    _load(sb, tmp_path, "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+                        "    def forward(self, x):\n        return torch.relu(x)\n")
+    x = torch.randn(4096, 16384, device=device)  # 256 MiB
+    pristine = _digest(x)
+    opened = vmm.open_fd
+
+    def open_then_kill(fd, size, index):
+        mapping = opened(fd, size, index)
+        sb.kill()  # the exporter dies with the parent's mapping in hand
+        return mapping
+
+    monkeypatch.setattr(vmm, "open_fd", open_then_kill)
+    refs = sb.put([x], CALL_S)  # copied into the dead child's export: no fault in the parent
+    monkeypatch.setattr(vmm, "open_fd", opened)
+    assert refs
+    y = torch.randn(1024, 1024, device=device)
+    assert torch.allclose(y @ y, (y.double() @ y.double()).float(), rtol=1e-2, atol=1e-1)  # context healthy
+    with pytest.raises(ChildFailure) as failure:
+        sb.call({"op": "forward", "inputs": refs, **sb.expect([x])[0]}, CALL_S)
+    assert failure.value.status is Status.CRASHED
+    assert _digest(x) == pristine

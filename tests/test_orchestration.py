@@ -1,0 +1,97 @@
+"""Orchestration through `FakeExecutor` (no child, no device): jobs per pair and protocol, the store as
+the single writer, resume, problem failures, and an interrupt that keeps what was stored."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from kbv.api import EvalConfig, evaluate, load_report
+from kbv.errors import ProblemRunError
+from kbv.executors import FakeExecutor, Job
+from kbv.verdict import Status, Verdict
+from sources import HONEST_RELU, RELU_PROBLEM, WRONG_RELU, write_tree
+
+
+def _verdict(job: Job, status: Status = Status.CORRECT, speedup: float | None = 1.5) -> Verdict:
+    p, c = job.pair.problem, job.pair.candidate
+    return Verdict(problem=p.key, problem_hash=p.hash, level=p.level, candidate=c.name, candidate_hash=c.hash,
+                   protocol=job.protocol, protocol_version="test", status=status,
+                   speedup=speedup if status.passed else None)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    write_tree(tmp_path / "problems", {"level1/19_ReLU.py": RELU_PROBLEM, "level1/20_Other.py": RELU_PROBLEM})
+    write_tree(tmp_path / "cands", {"19_ReLU__a.py": HONEST_RELU, "19_ReLU__b.py": WRONG_RELU,
+                                    "20_Other__a.py": HONEST_RELU})
+    return tmp_path
+
+
+def _config(tree: Path, **kw) -> EvalConfig:
+    return EvalConfig(candidates=str(tree / "cands"), problems=str(tree / "problems"), device="cpu",
+                      run_dir=str(tree / "run"), cache_dir=str(tree / "cache"), seed=3, **kw)
+
+
+def test_every_pair_and_protocol_is_one_job_and_one_stored_verdict(tree):
+    fake = FakeExecutor(_verdict)
+    result = evaluate(_config(tree, protocol="both"), executor=fake)
+    assert len(fake.submitted) == 6 and {j.protocol for j in fake.submitted} == {"standard", "verified"}
+    assert result.evaluated == 6 and result.resumed == 0
+    stored = load_report(tree / "run").verdicts
+    assert sorted((v.candidate, v.protocol) for v in stored) == sorted(
+        (j.pair.candidate.name, j.protocol) for j in fake.submitted)
+    # a problem's pairs are submitted together (each problem is prepared once per protocol)
+    order = [j.pair.problem.name for j in fake.submitted]
+    assert order == sorted(order, key=order.index) and order.count("19_ReLU") == 4
+
+
+def test_a_second_run_resumes_and_submits_nothing(tree):
+    evaluate(_config(tree), executor=FakeExecutor(_verdict))
+    again = FakeExecutor(_verdict)
+    result = evaluate(_config(tree), executor=again)
+    assert again.submitted == [] and result.resumed == 3 and result.evaluated == 0
+    assert len(result.verdicts) == 3
+
+
+def test_a_problem_that_fails_is_reported_and_the_others_are_stored(tree):
+    def answer(job: Job) -> Verdict:
+        if job.pair.problem.name == "20_Other":
+            raise ProblemRunError("20_Other: get_inputs raised")
+        return _verdict(job)
+
+    result = evaluate(_config(tree), executor=FakeExecutor(answer))
+    assert [f.problem for f in result.problem_failures] == ["L1/20_Other"]
+    assert {v.problem for v in load_report(tree / "run").verdicts} == {"L1/19_ReLU"}
+
+
+class _Interrupted(FakeExecutor):
+    """Answers two jobs; waiting for the third, the user presses Ctrl-C."""
+
+    aborted = False
+
+    def submit(self, job):
+        if len(self.submitted) == 2:
+            self.submitted.append(job)
+            fut = Future()
+            fut.set_exception(KeyboardInterrupt())
+            return fut
+        return super().submit(job)
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_an_interrupt_aborts_the_executor_keeps_what_was_stored_and_the_rerun_finishes(tree):
+    fake = _Interrupted(_verdict)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(_config(tree), executor=fake)
+    assert fake.aborted
+    stored = load_report(tree / "run").verdicts
+    assert len(stored) == 2  # the two verdicts finished before the interrupt
+    rest = FakeExecutor(_verdict)
+    result = evaluate(_config(tree), executor=rest)
+    assert result.resumed == 2 and result.evaluated == 1 and len(rest.submitted) == 1
+    assert len(load_report(tree / "run").verdicts) == 3
