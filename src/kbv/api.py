@@ -15,8 +15,8 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable
-from concurrent.futures import as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -330,7 +330,7 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
     failures: dict[str, ProblemFailure] = {}
     stored = 0
     # as they complete (several lanes, a cluster); results are joined to their job by key, never by order
-    for done, fut in enumerate(as_completed(futures), start=already + 1):
+    for done, fut in enumerate(_as_completed(list(futures)), start=already + 1):
         job = futures[fut]
         try:
             verdict = fut.result()
@@ -343,6 +343,15 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
         if progress:
             progress(done, total, verdict)
     return stored, failures
+
+
+def _as_completed(futures: list[Future[Verdict]]) -> Iterator[Future[Verdict]]:
+    """`futures` as they complete; those done together in submission order."""
+    order = {fut: i for i, fut in enumerate(futures)}
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        yield from sorted(done, key=order.__getitem__)
 
 
 def check_problems(spec: str, device: str = "auto", seed: int | None = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import outcome
+from scaleout import outcome
 from typer.testing import CliRunner
 
 from kbv.api import EvalConfig, evaluate

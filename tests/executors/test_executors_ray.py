@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import RUN_OPTIONS, RayHead, kbv_command, kbv_env, outcome, require_ray
+from scaleout import RUN_OPTIONS, RayHead, kbv_command, kbv_env, outcome, require_ray
 from typer.testing import CliRunner
 
 from kbv.cli import app
@@ -195,6 +195,7 @@ def test_the_secret_travels_only_with_the_task(ray_cluster: RayHead, cache_dir: 
 
     secret = b"KBV-SECRET-MARKER-0123456789abcd"
     monkeypatch.setattr(kbv.api, "_secret", lambda config: secret)
+    monkeypatch.setenv("RAY_AUTH_MODE", kbv_env()["RAY_AUTH_MODE"])  # as the cluster
     snoop = tmp_path / "snoop.json"
     cands = _write_candidate(tmp_path / "cands", "snoops", f"""
 seen = {{"env": dict(os.environ), "files": sorted(os.listdir("."))}}

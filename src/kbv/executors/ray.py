@@ -32,6 +32,7 @@ back as data and is raised again here, as locally.
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import shutil
 import socket
@@ -193,7 +194,18 @@ def _init(ray: Any, address: str | None, shown: str, timeout_s: float) -> None:
     error = outcome["error"]
     if error is not None:
         hint = " (start one with `ray start --head`)" if address == "auto" else ""
-        raise UsageError(f"--ray-address {shown}: cannot join the Ray cluster: {_first_line(error)}{hint}") from None
+        raise UsageError(f"--ray-address {shown}: cannot join the Ray cluster: {_reason(error)}{hint}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of `exc`, or of what caused it when that says more (Ray wraps a cluster's
+    demand for a token, `RAY_AUTH_MODE=token`, in a bare "Failed to connect")."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if "Authentication" in type(seen).__name__:
+            return _first_line(seen)
+        seen = seen.__cause__ or seen.__context__
+    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -291,14 +303,32 @@ def _describe_worker(kind: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _worker_dirs(settings: Settings) -> Iterator[Settings]:
-    """`settings` with this node's build cache and a fresh run directory, removed afterwards."""
-    run_dir = Path(tempfile.mkdtemp(prefix="kbv-ray-"))
+    """`settings` with this node's build cache and a fresh run directory, removed afterwards (and,
+    by a later task, if its worker was killed first)."""
+    parent = Path(tempfile.gettempdir()) / "kbv-ray"
+    parent.mkdir(exist_ok=True)
+    _remove_orphans(parent)
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
     cache = default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     try:
         yield replace(settings, run_dir=run_dir, cache_dir=cache.resolve(), jobs=1)
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove the run directories (`PID-...`) of workers that no longer run: killed or cancelled."""
+    for entry in parent.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except PermissionError:  # another user's worker, alive
+            pass
 
 
 def _build_on_node(candidate: Any, settings: Settings, key: str) -> str:
