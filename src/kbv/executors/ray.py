@@ -54,6 +54,8 @@ INSTALL = "pip install 'kernelbench-verified[ray]'"
 CONNECT_TIMEOUT_S = 60.0  # reaching the cluster and joining it
 PROBE_TIMEOUT_S = 600.0  # one worker describing its device (a busy cluster queues the probe)
 ATTEMPTS = 2  # a task is run again once after its worker, its node or kbv on it failed
+# this run's workers (the parents of its children): idle OpenMP threads sleep, as in `kbv.cli.main`
+WORKER_ENV = {"env_vars": {"OMP_WAIT_POLICY": "PASSIVE"}}
 DRIVER_ONLY = ("verified_seed",)  # provenance that stays here (a fixed --seed is the secret itself)
 
 
@@ -178,7 +180,8 @@ def _init(ray: Any, address: str | None, shown: str, timeout_s: float) -> None:
 
     def join() -> None:
         try:
-            ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False, include_dashboard=False,
+                     runtime_env=WORKER_ENV)
             outcome["error"] = None
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
