@@ -1,7 +1,10 @@
 """Executors: where evaluation jobs run. Two methods, `submit` and `close`.
 
-- `kbv.executors.local.LocalExecutor`: builds on a CPU pool, children started ahead, pairs evaluated
-  one at a time on the device;
+- `kbv.executors.local.LocalExecutor`: one lane: builds on a CPU pool, children started ahead, pairs
+  evaluated one at a time on the device;
+- `kbv.executors.lanes.LanesExecutor`: a lane per device of the machine (`--devices`), fed from one
+  queue (what `kbv.api` runs, with one lane or many);
+- `kbv.executors.ray.RayExecutor`: one Ray task per pair, on a cluster (`--executor ray`);
 - `FakeExecutor` (here): answers every job from a function, so orchestration, resume, the store,
   reports and the CLI are tested without a device.
 
