@@ -36,7 +36,9 @@ CASES = {
 }
 
 
-def run_case(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def run_case(name: str, args: argparse.Namespace, root: Path, done: list[dict[str, Any]]) -> dict[str, Any]:
+    """Evaluate one case; every verdict is added to the case record as it is stored (and written to
+    `--out`, so a run cut short keeps what finished)."""
     from kbv.api import EvalConfig, evaluate
 
     candidates, problems = CASES[name]
@@ -45,16 +47,27 @@ def run_case(name: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
                         seed=args.seed, timer_budget_s=args.timer_budget, trials=args.trials,
                         timeout_s=args.timeout)
     t0 = time.monotonic()
+    case: dict[str, Any] = {"case": name, "wall_s": 0.0, "pairs": []}
+    done.append(case)
 
-    def show(done: int, total: int, v: Any) -> None:
-        if v is not None:
-            print(f"  [{name} {done}/{total}] {v.protocol:8s} {v.problem:26s} {v.candidate:34s} {v.status.value:20s}"
-                  f" pair {v.evidence.get('pair_s', v.wall_s):6.1f} s", flush=True)
+    def show(n: int, total: int, v: Any) -> None:
+        if v is None:
+            return
+        print(f"  [{name} {n}/{total}] {v.protocol:8s} {v.problem:26s} {v.candidate:34s} {v.status.value:20s}"
+              f" pair {v.evidence.get('pair_s', v.wall_s):6.1f} s", flush=True)
+        case["pairs"].append(_pair_record(v))
+        case["wall_s"] = round(time.monotonic() - t0, 2)
+        _write(args.out, done)
 
-    result = evaluate(config, progress=show)
-    wall = time.monotonic() - t0
-    pairs = [_pair_record(v) for v in result.verdicts]
-    return {"case": name, "wall_s": round(wall, 2), "pairs": pairs}
+    evaluate(config, progress=show)
+    case["wall_s"] = round(time.monotonic() - t0, 2)
+    return case
+
+
+def _write(out: str | None, cases: list[dict[str, Any]]) -> None:
+    if out:
+        rows = [r for c in cases if c["pairs"] for r in summarise(c)]
+        Path(out).write_text(json.dumps({"cases": cases, "summary": rows}, indent=1))
 
 
 def _pair_record(v: Any) -> dict[str, Any]:
@@ -133,14 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown case(s) {', '.join(unknown)}: expected {', '.join(CASES)}", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="kbv-throughput-"))
-    cases, rows = [], []
+    cases: list[dict[str, Any]] = []
     for name in names:
-        case = run_case(name, args, root)
-        cases.append(case)
-        rows += summarise(case)
-        if args.out:  # after every case: a cut-short run keeps what finished
-            Path(args.out).write_text(json.dumps({"cases": cases, "summary": rows}, indent=1))
-    print_table(rows, cases)
+        run_case(name, args, root, cases)
+        _write(args.out, cases)
+    print_table([r for c in cases if c["pairs"] for r in summarise(c)], cases)
     return 0
 
 
