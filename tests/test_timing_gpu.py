@@ -35,7 +35,7 @@ def verdicts(tmp_path_factory, cache_dir):
         (cands / f"1_Matmul__{name}.py").write_text(src)
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(root / "problems"), protocol="verified",
                                  device="cuda", run_dir=str(root / "run"), cache_dir=str(cache_dir),
-                                 seed=7, timer_budget_s=8.0, ci_target=0.02))
+                                 seed=7, timer_budget_s=4.0, ci_target=0.02))
     return {v.candidate.split("__")[-1]: v for v in result.verdicts}
 
 

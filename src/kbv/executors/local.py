@@ -96,6 +96,9 @@ class LocalExecutor(Executor):
             label = f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}"
             spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir))
             warm.sandbox = warm.stack.enter_context(Sandbox(spec))
+            if self._aborted:  # an interrupt came while it was spawned
+                warm.close()
+                raise ChildFailure(Status.CRASHED, "the run was interrupted", {})
             with self._quiet:  # a CUDA context coming up must not land in another pair's timing
                 warm.sandbox.ready(self.settings.timeout_s)
         except ChildFailure as failure:
