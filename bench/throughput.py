@@ -44,9 +44,11 @@ CASES = {
 }
 
 
-def run_case(name: str, args: argparse.Namespace, root: Path, scale: dict[str, Any] | None = None,
-             label: str = "") -> dict[str, Any]:
-    """One case on one lane (`scale` None), or with `scale`'s EvalConfig fields (devices, executor)."""
+def run_case(name: str, args: argparse.Namespace, root: Path, done: list[dict[str, Any]],
+             scale: dict[str, Any] | None = None, label: str = "") -> dict[str, Any]:
+    """Evaluate one case on one lane (`scale` None), or with `scale`'s EvalConfig fields (devices,
+    executor); every verdict is added to the case record as it is stored (and written to `--out`, so a
+    run cut short keeps what finished)."""
     from kbv.api import EvalConfig, evaluate
 
     candidates, problems = args.candidates or CASES[name][0], CASES[name][1]
@@ -57,17 +59,29 @@ def run_case(name: str, args: argparse.Namespace, root: Path, scale: dict[str, A
                         seed=args.seed, timer_budget_s=args.timer_budget, trials=args.trials,
                         timeout_s=args.timeout, **(scale or {}))
     t0 = time.monotonic()
+    case: dict[str, Any] = {"case": name, "scale": tag, "wall_s": 0.0, "pairs": []}
+    done.append(case)
 
-    def show(done: int, total: int, v: Any) -> None:
-        if v is not None:
-            print(f"  [{name} {done}/{total}] {v.protocol:8s} {v.problem:26s} {v.candidate:34s} {v.status.value:20s}"
-                  f" pair {v.evidence.get('pair_s', v.wall_s):6.1f} s", flush=True)
+    def show(n: int, total: int, v: Any) -> None:
+        if v is None:
+            return
+        print(f"  [{name} {n}/{total}] {v.protocol:8s} {v.problem:26s} {v.candidate:34s} {v.status.value:20s}"
+              f" pair {v.evidence.get('pair_s', v.wall_s):6.1f} s", flush=True)
+        case["pairs"].append(_pair_record(v))
+        case["wall_s"] = round(time.monotonic() - t0, 2)
+        _write(args.out, done)
 
-    result = evaluate(config, progress=show)
-    wall = time.monotonic() - t0
-    pairs = [_pair_record(v) for v in result.verdicts]
-    return {"case": name, "scale": tag, "wall_s": round(wall, 2), "pairs": pairs,
-            "pairs_per_min": round(60.0 * len(pairs) / wall, 2) if wall > 0 else None}
+    evaluate(config, progress=show)
+    case["wall_s"] = round(time.monotonic() - t0, 2)
+    case["pairs_per_min"] = round(60.0 * len(case["pairs"]) / case["wall_s"], 2) if case["wall_s"] > 0 else None
+    return case
+
+
+def _write(out: str | None, cases: list[dict[str, Any]]) -> None:
+    if out:
+        rows = [r for c in cases if c["pairs"] for r in summarise(c)]
+        Path(out).write_text(json.dumps({"cases": cases, "summary": rows, "scale_ratios": scale_ratios(cases)},
+                                        indent=1))
 
 
 def _cache_dir(args: argparse.Namespace, root: Path) -> str:
@@ -200,19 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     # a Ray that kbv starts here runs its workers with this environment: they share the warm cache
     os.environ.setdefault("KBV_CACHE_DIR", _cache_dir(args, root))
     scale = scale_options(args)
-    cases, rows = [], []
+    cases: list[dict[str, Any]] = []
     for name in names:
         warm_builds(name, args, root)
-        runs = [run_case(name, args, root)]
+        run_case(name, args, root, cases)
         if scale is not None:
-            runs.append(run_case(name, args, root, scale[1], scale[0]))
-        for case in runs:
-            cases.append(case)
-            rows += summarise(case)
-        if args.out:  # after every case: a cut-short run keeps what finished
-            Path(args.out).write_text(json.dumps({"cases": cases, "summary": rows,
-                                                  "scale_ratios": scale_ratios(cases)}, indent=1))
-    print_table(rows, cases)
+            run_case(name, args, root, cases, scale[1], scale[0])
+        _write(args.out, cases)
+    print_table([r for c in cases if c["pairs"] for r in summarise(c)], cases)
     return 0
 
 

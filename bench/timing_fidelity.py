@@ -28,8 +28,8 @@ from kbv.api import EvalConfig, evaluate  # noqa: E402
 from kbv.distributions import VARIANTS, draw_inputs  # noqa: E402
 from kbv.problems import instantiate_problem, load_problems  # noqa: E402
 from kbv.precision import precision_policy  # noqa: E402
-from kbv.sandbox import ChildSpec, Sandbox, SharedArena  # noqa: E402
-from kbv.speed import TimerConfig, load_pool, measure_speed  # noqa: E402
+from kbv.protocols.verified.timer import TimerConfig, load_pool, measure_speed  # noqa: E402
+from kbv.sandbox import ChildSpec, Sandbox  # noqa: E402
 from kbv.stats import StopRule  # noqa: E402
 
 PROBLEMS = ("L1/1_Matmul", "L1/2_ReLU", "L1/6_Softmax", "L1/8_LayerNorm", "L1/10_Conv2d", "L2/1_Gemm_BiasAdd_ReLU",
@@ -37,7 +37,8 @@ PROBLEMS = ("L1/1_Matmul", "L1/2_ReLU", "L1/6_Softmax", "L1/8_LayerNorm", "L1/10
 
 
 def reference_child(root: Path, problem, device: str, name: str) -> Sandbox:
-    spec = ChildSpec(work_dir=root / name, build_dir=root / "build", device="cuda:0" if device != "cpu" else "cpu")
+    spec = ChildSpec(work_dir=root / name, build_dir=root / "build", device="cuda:0" if device != "cpu" else "cpu",
+                     parent_device="cuda:0" if device != "cpu" else None)
     sb = Sandbox(spec)
     sb.start()
     sb.call({"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
@@ -49,17 +50,16 @@ def repeatability(problem, device: str, config: TimerConfig, root: Path) -> dict
     module = instantiate_problem(problem)
     pool = [draw_inputs(module, VARIANTS["default"][0], 100 + k, torch.device(device)) for k in range(2)]
     l2 = torch.cuda.get_device_properties(0).L2_cache_size if device != "cpu" else 0
-    with SharedArena() as arena:
-        cand, base = reference_child(root, problem, device, "cand"), reference_child(root, problem, device, "base")
-        try:
-            for sb in (cand, base):
-                load_pool(sb, arena, pool, 2 * l2, 600)
-            like = [torch.empty(0)]
-            runs = [measure_speed(cand, {"eager-tf32": base}, arena, config, len(pool), lambda i, o: None, like,
-                                  time.monotonic() + 300) for _ in range(2)]
-        finally:
-            cand.close()
-            base.close()
+    cand, base = reference_child(root, problem, device, "cand"), reference_child(root, problem, device, "base")
+    try:
+        for sb in (cand, base):
+            load_pool(sb, pool, 2 * l2, 600)
+        like = [torch.empty(0)]
+        runs = [measure_speed(cand, {"eager-tf32": base}, config, len(pool), lambda i, o: None, like,
+                              time.monotonic() + 300) for _ in range(2)]
+    finally:
+        cand.close()
+        base.close()
     s = [r.speedups["eager-tf32"] for r in runs]
     return {"problem": problem.key, "base_ms": runs[0].stats["eager-tf32"].median_ms, "s1": s[0], "s2": s[1],
             "diff_pct": abs(s[0] - s[1]) * 100, "timer_s": statistics.mean(r.timer_s for r in runs)}

@@ -7,6 +7,8 @@ import types
 import pytest
 import torch
 
+from kbv.errors import ProblemRunError
+
 from kbv.compare import Tolerance
 from kbv.distributions import (
     DISTRIBUTIONS,
@@ -125,9 +127,9 @@ def test_problems_can_pin_variants_and_bad_pins_are_errors():
     assert pinned_variants(m, "p.py") == {"large": "positive-1e2", "small": None}
     cal = _calibrate(LOG + '\nKBV_DISTRIBUTIONS = {"large": "positive-1e2", "small": "skip"}\n')
     assert cal.variants["large"] == "positive-1e2" and cal.variants["small"] is None
-    with pytest.raises(ValueError, match="unknown distribution"):
+    with pytest.raises(ProblemRunError, match="unknown distribution"):
         pinned_variants(_module('KBV_DISTRIBUTIONS = {"huge": "skip"}'), "p.py")
-    with pytest.raises(ValueError, match="expected 'skip' or one of"):
+    with pytest.raises(ProblemRunError, match="expected 'skip' or one of"):
         pinned_variants(_module('KBV_DISTRIBUTIONS = {"large": "enormous"}'), "p.py")
 
 
@@ -201,7 +203,7 @@ def test_range_can_be_pinned_or_skipped_by_the_problem():
     skipped = _calibrate(LOG + '\nKBV_DISTRIBUTIONS = {"range": "skip"}\n')
     assert skipped.variants["range"] is None and "range" not in skipped.applicable()
     assert skipped.notes["range"] == "skipped by the problem"
-    with pytest.raises(ValueError, match="log-1e-7-1e6, log-positive-1e-7-1e6, normal-1e5"):
+    with pytest.raises(ProblemRunError, match="log-1e-7-1e6, log-positive-1e-7-1e6, normal-1e5"):
         pinned_variants(_module('KBV_DISTRIBUTIONS = {"range": "normal-1e3"}'), "p.py")
 
 

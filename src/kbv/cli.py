@@ -286,10 +286,17 @@ def _progress_line(stream: Any, done: int, total: int, verdict: Any) -> None:
     """`[done/total] problem candidate protocol status speedup wall` for a verdict just stored."""
     if verdict is None:
         return
-    speedup = f"{verdict.speedup:.3g}x" if verdict.speedup is not None else "-"
+    from kbv.report.format import format_speedup
+
+    speedup = format_speedup(verdict.speedup).replace(" ", "") if verdict.speedup is not None else "-"
     wall = verdict.evidence.get("pair_s", verdict.wall_s)
-    stream.write(f"[{done}/{total}] {verdict.problem} {verdict.candidate} {verdict.protocol} "
-                 f"{verdict.status.value} {speedup} {wall:.1f}s\n")
+    head, tail = f"[{done}/{total}] {verdict.problem} ", f" {verdict.protocol} {verdict.status.value} {speedup} {wall:.1f}s"
+    candidate = verdict.candidate
+    width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 0
+    room = width - len(head) - len(tail)
+    if width and len(candidate) > room >= 8:  # a narrow log keeps the line whole: the name is shortened in the middle
+        candidate = candidate[: (room - 1) // 2] + "…" + candidate[len(candidate) - (room - 1 - (room - 1) // 2):]
+    stream.write(head + candidate + tail + "\n")
     stream.flush()
 
 
@@ -310,8 +317,11 @@ def main() -> None:
         app()
     except SystemExit as exc:
         if exc.code == ExitCode.INTERRUPTED:
-            # everything finished is stored and every child is dead: do not wait for worker threads
-            # still inside a pair the interrupt cut short
+            # everything finished is stored: do not wait for worker threads still inside a pair the
+            # interrupt cut short; a child one of them started since is killed too
+            from kbv.sandbox import kill_all_children
+
+            kill_all_children()
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(int(ExitCode.INTERRUPTED))

@@ -40,6 +40,8 @@ from typing import Any
 import torch
 
 from kbv.inputs import rng_isolated, set_seed, to_device
+from kbv.errors import ProblemRunError
+from kbv.problems import problem_code
 
 DISTRIBUTIONS = ("default", "signed", "large", "small", "range")
 FEW_VALUES = 16  # a float input with at most this many distinct values is categorical
@@ -101,7 +103,7 @@ def draw_inputs(module: types.ModuleType, variant: Variant, seed: int, device: t
     (reseeded) and gives shapes, dtypes and every input that is not redrawn."""
     with rng_isolated():
         set_seed(seed)
-        with torch.device(device):
+        with torch.device(device), problem_code(getattr(module, "__file__", None) or "problem", "get_inputs"):
             base = to_device(module.get_inputs(), device)
         if variant.sign == "problem":
             return base
@@ -138,23 +140,23 @@ def _log_uniform(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> tor
 
 
 def pinned_variants(module: types.ModuleType, origin: str) -> dict[str, str | None]:
-    """The problem's own pins: {distribution: variant name, or None for 'skip'}. Raises ValueError."""
+    """The problem's own pins: {distribution: variant name, or None for 'skip'}. Raises ProblemRunError."""
     pins = getattr(module, PIN_ATTRIBUTE, None)
     if pins is None:
         return {}
     if not isinstance(pins, dict):
-        raise ValueError(f"{origin}: {PIN_ATTRIBUTE} must be a dict of distribution -> variant name or 'skip'")
+        raise ProblemRunError(f"{origin}: {PIN_ATTRIBUTE} must be a dict of distribution -> variant name or 'skip'")
     out: dict[str, str | None] = {}
     for dist, name in pins.items():
         if dist not in DISTRIBUTIONS:
-            raise ValueError(f"{origin}: {PIN_ATTRIBUTE} names unknown distribution {dist!r}")
+            raise ProblemRunError(f"{origin}: {PIN_ATTRIBUTE} names unknown distribution {dist!r}")
         if name == "skip":
             out[dist] = None
         elif name in {v.name for v in VARIANTS[dist]}:
             out[dist] = name
         else:
             names = ", ".join(v.name for v in VARIANTS[dist])
-            raise ValueError(f"{origin}: {PIN_ATTRIBUTE}[{dist!r}] = {name!r}; expected 'skip' or one of {names}")
+            raise ProblemRunError(f"{origin}: {PIN_ATTRIBUTE}[{dist!r}] = {name!r}; expected 'skip' or one of {names}")
     return out
 
 

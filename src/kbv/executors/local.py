@@ -96,7 +96,6 @@ class LocalExecutor(Executor):
         self._queue: list[Job] = []  # submitted, not yet evaluating
         self._warm: dict[str, Future[WarmChild]] = {}
         self._aborted = False
-        self._spawning = threading.Lock()  # held while a child is spawned; `abort` takes it, then none is
 
     def submit(self, job: Job) -> Future[Verdict]:
         build = self._builds.start(job.pair)
@@ -122,11 +121,10 @@ class LocalExecutor(Executor):
             build_dir = prepare_candidate(cand, self.settings).build_dir
             label = f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}"
             spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir))
-            with self._spawning:  # a child spawned as the run is interrupted would outlive the kill
-                if self._aborted:
-                    warm.failure = ChildFailure(Status.CRASHED, "the run was interrupted", {})
-                    return warm
-                warm.sandbox = warm.stack.enter_context(Sandbox(spec))
+            warm.sandbox = warm.stack.enter_context(Sandbox(spec))
+            if self._aborted:  # an interrupt came while it was spawned
+                warm.close()
+                raise ChildFailure(Status.CRASHED, "the run was interrupted", {})
             with self._quiet:  # a CUDA context coming up must not land in another pair's timing
                 warm.sandbox.ready(self.settings.timeout_s)
         except ChildFailure as failure:
@@ -214,8 +212,7 @@ class LocalExecutor(Executor):
     def abort(self) -> None:
         """Stop now: nothing queued starts, and every child (builds, baselines, candidates) is killed, so
         the pair in flight ends at once. Its verdict, made from a killed child, is never stored."""
-        with self._spawning:
-            self._aborted = True
+        self._aborted = True
         for pool in (self._eval, self._starter):
             pool.shutdown(wait=False, cancel_futures=True)
         self._builds.shutdown(wait=False)

@@ -615,8 +615,9 @@ def serve(cmd_fd: int, res_fd: int, fd_sock: int | None = None) -> int:
         child.reply({"ok": True, **result})
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when the parent dies (a killed kbv must not leave a spinning kernel)."""
+def _die_with_parent(parent: int | None) -> None:
+    """Linux: SIGKILL this child when the parent dies (a killed kbv must not leave a spinning kernel).
+    A parent that died before this ran has left the child with another (a reaper's pid, not always 1)."""
     import ctypes
     import signal
 
@@ -625,12 +626,12 @@ def _die_with_parent() -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() == 1:  # the parent died before the call above
+    if os.getppid() != (parent or os.getppid()) or os.getppid() == 1:
         os._exit(1)
 
 
 def main(argv: list[str]) -> int:
-    _die_with_parent()
+    _die_with_parent(int(argv[4]) if len(argv) > 4 else None)
     cmd_fd, res_fd = int(argv[1]), int(argv[2])
     fd_sock = int(argv[3]) if len(argv) > 3 else None
     for fd in (cmd_fd, res_fd) + ((fd_sock,) if fd_sock is not None else ()):

@@ -177,7 +177,8 @@ class Sandbox:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(theirs.fileno())],
+                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(theirs.fileno()),
+                 str(os.getpid())],
                 pass_fds=(cmd_r, res_w, theirs.fileno()), cwd=self.spec.work_dir, env=child_env(self.spec),
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,

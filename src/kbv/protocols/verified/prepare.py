@@ -107,8 +107,7 @@ class PreparedProblem:
         dists = self.calibration.applicable()
         dist = dists[k % len(dists)]
         seed = trial_seed(self.secret, self.problem.hash, f"{purpose}/{dist}", k)
-        with problem_code(self.problem.origin, "get_inputs"):
-            return draw_inputs(self.module, self.calibration.variant(dist), seed, device)
+        return draw_inputs(self.module, self.calibration.variant(dist), seed, device)
 
     def evaluate(self, inputs: list[Any]) -> Evaluation:
         """The reference at `inputs` with the timed models' weights."""
@@ -134,8 +133,7 @@ def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.d
         init_inputs = list(module.get_init_inputs())
     reference = Reference(module, init_inputs, device, protocol.precision, problem.origin)
     calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
-    with problem_code(problem.origin, "calibration"):
-        calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
+    calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
     trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
               for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
     if not trials:
@@ -150,8 +148,7 @@ def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
     weight_seed = trial_seed(secret, problem.hash, dist, index, "weights")
 
     def make() -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
-        with problem_code(problem.origin, "get_inputs"):
-            inputs = draw_inputs(module, calibration.variant(dist), seed, device)
+        inputs = draw_inputs(module, calibration.variant(dist), seed, device)
         model = reference.build(weight_seed)
         state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                  if isinstance(model, torch.nn.Module) else {})
