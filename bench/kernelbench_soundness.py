@@ -31,7 +31,7 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
 
     from kbv.detect.soundness import check_problem
     from kbv.errors import KbvError
-    from kbv.problems import load_problem_file
+    from kbv.problems import load_problem_file, out_of_memory
     from kbv.protocols.verified.prepare import prepare_trials
     from kbv.protocols.verified.rules import VerifiedProtocol
 
@@ -44,7 +44,9 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
         report = check_problem(prepared, VerifiedProtocol())
         record.update(flags=list(report.flags), notes=list(report.notes), calibration=report.calibration,
                       calibration_notes=report.calibration_notes, outcome="unsound" if report.flags else "sound")
-    except torch.cuda.OutOfMemoryError as exc:
+    except Exception as exc:  # out of device memory (PyTorch's or the driver's): too large for it
+        if not out_of_memory(exc):
+            raise
         record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
     except KbvError as exc:
         record.update(outcome="cannot run", reason=str(exc)[:300])
@@ -90,6 +92,11 @@ def run_all(files: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]
 
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         list(pool.map(one, files))
+    # a problem that ran out of device memory beside others is tried again alone, while time remains
+    crowded = [r for r in records if r["outcome"] == "too large"] if args.workers > 1 else []
+    for rec in crowded:
+        records.remove(rec)
+        one(Path(rec["file"]))
     if out:
         out.close()
     return records

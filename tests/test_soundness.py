@@ -87,3 +87,24 @@ def test_verdicts_on_a_flagged_problem_carry_the_flag(unsound_dir, tmp_path):
     (verdict,) = result.verdicts
     assert any("identity passes on every distribution" in f for f in verdict.flags), verdict.flags
     assert Category.UNSOUND_PROBLEM in verdict.categories
+
+
+ARGMAX = HEADER + "class Model(nn.Module):\n    def forward(self, x):\n        return torch.argmax(x, dim=1)\n" + INPUTS
+HUNGRY = HEADER + ("class Model(nn.Module):\n    def forward(self, x):\n"
+                   "        raise torch.cuda.OutOfMemoryError('CUDA out of memory. Tried to allocate 80.00 GiB')\n") + INPUTS
+
+
+def test_an_integer_output_is_screened_and_sound(tmp_path):
+    """Argmax: an int64 output of another shape than its input. Trivials that do not apply to it (the
+    identity of a (8, 64) input) are skipped, not filled with NaN an integer cannot hold."""
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "51_Argmax.py").write_text(ARGMAX)
+    [report] = check_problems(str(tmp_path), device="cpu", seed=5)
+    assert report.sound, report.flags
+
+
+def test_a_problem_too_large_for_the_device_says_so(tmp_path):
+    (tmp_path / "level1").mkdir()
+    (tmp_path / "level1" / "9_Hungry.py").write_text(HUNGRY)
+    [report] = check_problems(str(tmp_path), device="cpu", seed=5)
+    assert len(report.flags) == 1 and report.flags[0].startswith("too large for this device"), report.flags

@@ -25,7 +25,7 @@ from kbv.candidates import Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
-from kbv.problems import load_problems
+from kbv.problems import load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device, resolve_devices
 from kbv.store import Store, open_store, pair_key
@@ -374,7 +374,9 @@ def check_problems(spec: str, device: str = "auto", seed: int | None = None,
             reports.append(check_problem(prepared, protocol))
         except ProblemError as exc:
             reports.append(SoundnessReport(problem.key, {}, {}, (f"cannot run: {exc}",)))
-        except torch.cuda.OutOfMemoryError as exc:
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
             reports.append(SoundnessReport(problem.key, {}, {}, (f"too large for this device: {str(exc)[:160]}",)))
         finally:
             prepared = None

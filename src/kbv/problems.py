@@ -221,7 +221,14 @@ def problem_code(origin: str, what: str) -> Iterator[None]:
     except ProblemRunError:
         raise
     except Exception as exc:
+        if out_of_memory(exc):  # the device's limit, not the problem's fault: the caller decides
+            raise
         raise ProblemRunError(f"{origin}: the problem's own code failed ({what}): {type(exc).__name__}: {exc}") from exc
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` is the device running out of memory (PyTorch's allocator or the driver)."""
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc).split("\n", 1)[0]
 
 
 _MODULES: dict[str, types.ModuleType] = {}  # problem hash -> its executed module (the source runs once)

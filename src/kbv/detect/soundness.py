@@ -38,21 +38,23 @@ class SoundnessReport:
         return not self.flags
 
 
-def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[torch.Tensor], torch.Tensor | None]]:
+    """The trivial candidates, as functions of a reference output (None: the trivial does not apply,
+    e.g. the identity of an input of another shape)."""
     first = next((x for x in trial.inputs if isinstance(x, torch.Tensor)), None)
 
-    def mean(ref: torch.Tensor) -> torch.Tensor:
+    def mean(ref: torch.Tensor) -> torch.Tensor | None:
         # a scalar's own mean is the answer itself: use the value at another draw, a constant a
         # candidate could know
         if ref.numel() <= 1:
             if other is None:
-                return torch.full_like(ref, float("nan"))
+                return None
             return torch.full_like(ref, float(other.evaluation.truth[0].double().mean()))
         return torch.full_like(ref, float(ref.double().mean()))
 
-    def identity(ref: torch.Tensor) -> torch.Tensor:
+    def identity(ref: torch.Tensor) -> torch.Tensor | None:
         if first is None or first.shape != ref.shape:
-            return torch.full_like(ref, float("nan"))
+            return None
         return first.to(ref.dtype)
 
     def uninitialised(ref: torch.Tensor) -> torch.Tensor:
@@ -86,7 +88,8 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol,
     for dist, trials in by_dist.items():
         first = trials[0]
         for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
-            if _passes([make(b) for b in first.evaluation.baseline], first, protocol):
+            outputs = [make(b) for b in first.evaluation.baseline]
+            if all(o is not None for o in outputs) and _passes(outputs, first, protocol):
                 passes.setdefault(name, []).append(dist)
         model = ctx.reference.build(first.weight_seed)
         again = ctx.reference.baseline_outputs(model, first.inputs)
