@@ -16,8 +16,6 @@ marker, skipped without a GPU). A fixture that fails names what kbv missed: see 
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ import pytest
 
 from kbv.api import EvalConfig, evaluate
 from kbv.verdict import KIND, Category, Kind, Status, Verdict
+from verdict_log import log_verdicts
 
 CORPUS = Path(__file__).parent / "corpus"
 _HEADER_RE = re.compile(r"^# kbv-fixture: expect=(\S+) categories=(\S*) standard=(\S+)\s*$")
@@ -77,14 +76,7 @@ def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory)
                         cache_dir=str(tmp_path_factory.mktemp(f"corpus-{kind}-cache")),
                         timeout_s=120, timer_budget_s=3.0, ci_target=0.05, seed=1234)
     result = evaluate(config)
-    log = os.environ.get("KBV_CORPUS_LOG")  # a GPU session keeps every fixture's verdict
-    if log:
-        with open(log, "a", encoding="utf-8") as f:
-            for v in result.verdicts:
-                f.write(json.dumps({"fixture": v.candidate, "protocol": v.protocol, "status": v.status.value,
-                                    "categories": [c.value for c in v.categories], "speedup": v.speedup,
-                                    "memory": v.to_dict()["memory"], "baseline_memory": v.to_dict()["baseline_memory"],
-                                    "message": v.message[:300]}) + "\n")
+    log_verdicts(result.verdicts)
     assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
     assert not result.problem_failures, result.problem_failures
     return {(v.candidate, v.protocol): v for v in result.verdicts}

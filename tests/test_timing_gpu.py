@@ -6,14 +6,13 @@ the honest kernel's; what differs is how they try to look faster (or use memory)
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
 
 from kbv.api import EvalConfig, evaluate
 from kbv.verdict import Category, Status
+from verdict_log import log_verdicts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -38,14 +37,7 @@ def verdicts(tmp_path_factory, cache_dir):
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(root / "problems"), protocol="verified",
                                  device="cuda", run_dir=str(root / "run"), cache_dir=str(cache_dir),
                                  seed=7, timer_budget_s=4.0, ci_target=0.02))
-    log = os.environ.get("KBV_CORPUS_LOG")  # a GPU session keeps every verdict
-    if log:
-        with open(log, "a", encoding="utf-8") as f:
-            for v in result.verdicts:
-                d = v.to_dict()
-                f.write(json.dumps({"fixture": v.candidate, "protocol": v.protocol, "status": v.status.value,
-                                    "categories": d["categories"], "speedup": v.speedup, "memory": d["memory"],
-                                    "baseline_memory": d["baseline_memory"], "message": v.message[:300]}) + "\n")
+    log_verdicts(result.verdicts)
     return {v.candidate.split("__")[-1]: v for v in result.verdicts}
 
 
