@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # One device session: environment, GPU tests, the examples on the full suite under both protocols,
 # the soundness screens (the bundled suite, KernelBench's problems carried in .kb), the throughput and
-# timing benchmarks, the GPU corpus. Every step is bounded and logged
+# timing benchmarks, the GPU corpus, lanes and Ray. Every step is bounded and logged
 # under $OUT; a failing step does not stop the next. Usage: bash bench/gpu_session.sh STEP...
+#
+# Builds: every step shares one content-hash build cache ($KBV_CACHE_DIR, the GPU tests' too).
+# `prebuild` fills it in parallel in the background (wait for it with `prebuild-wait`), `pack`
+# writes it to $OUT/builds.tgz, and `unpack` restores .dev/builds.tgz (carry .dev) in a later call.
+# `ray-site` unpacks .dev/raysite.tar.xz (ray and its missing dependencies, as a site directory)
+# onto PYTHONPATH for the `scale` step.
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE KBV_CACHE_DIR=/tmp/kbv-cache
+export KBV_TEST_CACHE_DIR=$KBV_CACHE_DIR RAY_USAGE_STATS_ENABLED=0
 KBV="python3 -m kbv"
 
-step() {  # step NAME SECONDS COMMAND...
+step() {  # step NAME SECONDS COMMAND... (never past $DEADLINE, epoch seconds, less $RESERVE, when set)
   local name=$1 limit=$2; shift 2
+  if [ -n "${DEADLINE:-}" ]; then
+    local left=$(( DEADLINE - $(date +%s) - ${RESERVE:-0} ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 10 ]; then echo "=== $name skipped: the deadline is near"; return; fi
+  fi
   local t0=$(date +%s)
   echo "=== $name (limit ${limit}s)"
   timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1
@@ -22,6 +34,10 @@ step() {  # step NAME SECONDS COMMAND...
 for s in "$@"; do
   case $s in
     env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
+    gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 \
+      tests/test_channel.py tests/generate ;;
+    gpu-tests-b) RESERVE=${RESERVE_B:-40} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-480}" python3 -m pytest -v -m gpu \
+      -p no:cacheprovider --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
     examples-json) step examples-json 60 $KBV report /tmp/runs/examples --format json ;;
@@ -33,6 +49,20 @@ for s in "$@"; do
     kb-soundness) step kb-soundness "${KB_LIMIT:-420}" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda --workers "${KB_WORKERS:-8}" --budget "$(( ${KB_LIMIT:-420} - 20 ))" --out "$OUT/kb-soundness.jsonl" ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
+    prebuild) echo "=== prebuild (background)"
+      ( for c in "full examples" "smoke tests/corpus/gpu"; do set -- $c
+          timeout 400 python3 bench/throughput.py --warm-only --cases "$1" --candidates "$2" --device cuda --jobs 12
+        done ) > "$OUT/prebuild.log" 2>&1 &
+      PREBUILD=$! ;;
+    prebuild-wait) t0=$(date +%s); wait "${PREBUILD:-}" 2>/dev/null
+      echo "=== prebuild-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 5 "$OUT/prebuild.log" ;;
+    pack) step pack 60 tar -czf "$OUT/builds.tgz" -C "$(dirname "$KBV_CACHE_DIR")" "$(basename "$KBV_CACHE_DIR")/builds"
+      ls -la "$OUT/builds.tgz" ;;
+    unpack) [ -f .dev/builds.tgz ] && step unpack 60 tar -xzf .dev/builds.tgz -C "$(dirname "$KBV_CACHE_DIR")" ;;
+    ray-site) mkdir -p /tmp/raysite && step ray-site 120 tar -xJf .dev/raysite.tar.xz -C /tmp/raysite \
+      && export PYTHONPATH=$PYTHONPATH:/tmp/raysite RAY_AUTH_MODE=disabled ;;
+    scale) step scale "${SCALE_LIMIT:-420}" python3 bench/throughput.py --cases full --device cuda --timer-budget 4 \
+      --devices auto --executor ray --out "$OUT/scale.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -4,7 +4,8 @@ For each problem: can a trivial candidate (identity, zeros, ones, the mean, unin
 reference at another input) pass the whole verified protocol, does the output ignore an input, is the
 reference nondeterministic? Each problem runs in a process of its own (`--workers` at a time, with a
 per-problem time limit), so one that is too large for the device, or hangs, gets its line and the
-run goes on. Prints a table of the flagged problems and the counts; writes one JSON line a problem.
+run goes on. The screens share the device's memory by their inputs' and weights' size (read from a
+draw on the meta device): the largest that fits goes next, and one of unknown size runs alone. Prints a table of the flagged problems and the counts; writes one JSON line a problem.
 
     PYTHONPATH=src python3 bench/kernelbench_soundness.py PROBLEMS_DIR --device cuda --workers 6 --out ks.jsonl
 """
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,51 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
         record.update(outcome="cannot run", reason=str(exc)[:300])
     record["seconds"] = round(time.monotonic() - t0, 2)
     return record
+
+
+GIB = 1 << 30
+
+
+def footprint_bytes(path: Path) -> int | None:
+    """The bytes of one set of the problem's inputs and its model's parameters and buffers, from a
+    draw on the meta device (nothing is allocated); None when that cannot be known (a problem that
+    moves its inputs to a device itself, say)."""
+    import torch
+
+    from kbv.problems import instantiate_problem, load_problem_file
+
+    try:
+        module = instantiate_problem(load_problem_file(path, _level(path)))
+        with torch.device("meta"):
+            init = list(module.get_init_inputs())
+            inputs = list(module.get_inputs())
+            model = module.Model(*init)
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        if isinstance(model, torch.nn.Module):
+            tensors += list(model.parameters()) + list(model.buffers())
+        return sum(t.numel() * t.element_size() for t in tensors)
+    except Exception:  # noqa: BLE001 - any failure here only means "unknown": the problem runs alone
+        return None
+
+
+def device_capacity(device: str) -> int:
+    """The bytes the screens may take together: 90% of the device's free memory (of the host's
+    available memory on CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return int(free * 0.9)
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.9)
+
+
+def memory_need(nbytes: int | None, capacity: int) -> int:
+    """The memory one screen is given: its inputs and weights in fp32 and in float64 (the truth),
+    with their outputs, a few times over (the trials, the trivial candidates), plus a context; all
+    of the device when the footprint is unknown or larger."""
+    if nbytes is None:
+        return capacity
+    return min(capacity, 8 * nbytes + 2 * GIB)
 
 
 def _level(path: Path) -> int | None:
@@ -90,8 +136,26 @@ def run_all(files: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]
             print(f"[{len(records)}/{len(files)}] {rec['problem']:60s} {rec['outcome']:11s} "
                   f"{'; '.join(rec.get('flags', [])) or rec.get('reason', '')}"[:220], flush=True)
 
+    # memory-aware: the largest problem that fits the memory left goes next, so big screens do not
+    # run each other out of device memory and small ones fill the gaps
+    capacity = device_capacity(args.device)
+    need = {f: memory_need(footprint_bytes(f), capacity) for f in files}
+    pending = sorted(files, key=lambda f: -need[f])
+    free = capacity
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
-        list(pool.map(one, files))
+        running: dict[Future[None], Path] = {}
+        while pending or running:
+            for f in list(pending):
+                if len(running) >= args.workers:
+                    break
+                if need[f] <= free or not running:
+                    pending.remove(f)
+                    free -= need[f]
+                    running[pool.submit(one, f)] = f
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in done:
+                free += need[running.pop(fut)]
+                fut.result()
     # a problem that ran out of device memory beside others is tried again alone, while time remains
     crowded = [r for r in records if r["outcome"] == "too large"] if args.workers > 1 else []
     for rec in crowded:

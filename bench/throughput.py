@@ -10,10 +10,12 @@ Each pair's figures come from its verdict's `evidence["stages_s"]` (exclusive se
 `kbv.stages`) and `evidence["pair_s"]` (the pair's wall time in the executor, its problem's preparation
 included when it was the first pair of that problem, its build wait excluded).
 
-Scale (`--lanes N`, one local lane per GPU, or N CPU lanes on `--device cpu`; `--executor ray`, one
-Ray task per pair): each case runs on one lane first, then as asked, each from its own run directory
-with the builds warmed beforehand (so neither run times a build); the table gives pairs per minute
-of each and their ratio. Under Ray without `--ray-address`, kbv starts a local Ray whose workers share
+Scale (`--lanes N`, one local lane per GPU, or N CPU lanes on `--device cpu`; `--devices auto|0,1,3`,
+lanes as `kbv eval --devices` makes them; `--executor ray`, one Ray task per pair; any of them
+together): each case runs on one lane first, then as asked, each from its own run directory with the
+builds warmed beforehand (so no run times a build); the table gives pairs per minute of each, their
+ratio to one lane, and whether their verdicts are one lane's (statuses, categories, and speedup
+intervals that overlap). Under Ray without `--ray-address`, kbv starts a local Ray whose workers share
 this script's build cache.
 
     PYTHONPATH=src python3 bench/throughput.py --cases full,gib --device cuda --out throughput.json
@@ -80,29 +82,36 @@ def run_case(name: str, args: argparse.Namespace, root: Path, done: list[dict[st
 def _write(out: str | None, cases: list[dict[str, Any]]) -> None:
     if out:
         rows = [r for c in cases if c["pairs"] for r in summarise(c)]
-        Path(out).write_text(json.dumps({"cases": cases, "summary": rows, "scale_ratios": scale_ratios(cases)},
-                                        indent=1))
+        Path(out).write_text(json.dumps({"cases": cases, "summary": rows, "scale_ratios": scale_ratios(cases),
+                                         "agreement": agreement(cases)}, indent=1))
 
 
 def _cache_dir(args: argparse.Namespace, root: Path) -> str:
-    return args.cache_dir or str(root / "cache")
+    return args.cache_dir or os.environ.get("KBV_CACHE_DIR") or str(root / "cache")
 
 
-def scale_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]] | None:
-    """The EvalConfig fields of `--lanes N` / `--executor ray`, and their label; None for one lane."""
+def scale_options(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """The scaled runs asked for, each as (label, its EvalConfig fields), in the order they run:
+    `--lanes N`, `--devices SPEC`, `--executor ray`. Empty: one lane only."""
+    scales = []
+    if args.lanes > 1:
+        from kbv.settings import resolve_device
+
+        device = resolve_device(args.device)
+        devices = ",".join(["cpu"] * args.lanes) if device == "cpu" else ",".join(str(i) for i in range(args.lanes))
+        scales.append((f"{args.lanes}-lanes", {"devices": devices}))
+    if args.devices:
+        scales.append((f"devices-{args.devices.replace(',', '+')}", {"devices": args.devices}))
     if args.executor == "ray":
-        return "ray", {"executor": "ray", "ray_address": args.ray_address}
-    if args.lanes <= 1:
-        return None
-    from kbv.settings import resolve_device
-
-    device = resolve_device(args.device)
-    devices = ",".join(["cpu"] * args.lanes) if device == "cpu" else ",".join(str(i) for i in range(args.lanes))
-    return f"{args.lanes}-lanes", {"devices": devices}
+        scales.append(("ray", {"executor": "ray", "ray_address": args.ray_address}))
+    return scales
 
 
 def warm_builds(name: str, args: argparse.Namespace, root: Path) -> None:
-    """Build every compiled candidate of the case into the cache, so that no timed run waits for one."""
+    """Build every compiled candidate of the case into the cache, in parallel (`--jobs`), so that no
+    timed run waits for one."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from kbv.builds import build_candidate, build_key, needs_build
     from kbv.candidates import load_candidates
     from kbv.problems import load_problems
@@ -112,17 +121,51 @@ def warm_builds(name: str, args: argparse.Namespace, root: Path) -> None:
     device = resolve_device(args.device)
     settings = Settings(device=device, run_dir=root / "warm", cache_dir=Path(_cache_dir(args, root)).resolve(),
                         cuda_arch_list=cuda_arch_list(device), build_timeout_s=900.0)
-    for pair in load_candidates(candidates, load_problems(problems)).pairs:
-        if needs_build(pair.candidate) and not pair.candidate.no_code:
-            build_candidate(pair.candidate, settings, build_key(pair.candidate, settings)[:12])
+    todo = {build_key(p.candidate, settings): p.candidate for p in load_candidates(candidates, load_problems(problems)).pairs
+            if needs_build(p.candidate) and not p.candidate.no_code}
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs or min(8, os.cpu_count() or 1))) as pool:
+        list(pool.map(lambda kv: build_candidate(kv[1], settings, kv[0][:12]), todo.items()))
+
+
+def agreement(cases: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """'CASE (SCALE)' -> how its verdicts differ from the same case's on one lane: a pair missing on
+    either side, another status or categories, or a speedup interval that does not overlap. Empty
+    lists: the same verdicts."""
+    one = {c["case"]: c for c in cases if c.get("scale", "one-lane") == "one-lane"}
+    out: dict[str, list[str]] = {}
+    for case in cases:
+        base = one.get(case["case"])
+        if case.get("scale", "one-lane") == "one-lane" or base is None:
+            continue
+        mine = {(p["problem"], p["candidate"], p["protocol"]): p for p in case["pairs"]}
+        theirs = {(p["problem"], p["candidate"], p["protocol"]): p for p in base["pairs"]}
+        diffs = [f"{'/'.join(k)}: only on {'one lane' if k in theirs else case['scale']}"
+                 for k in sorted(set(mine) ^ set(theirs))]
+        for key in sorted(set(mine) & set(theirs)):
+            a, b = theirs[key], mine[key]
+            if (a["status"], a.get("categories")) != (b["status"], b.get("categories")):
+                diffs.append(f"{'/'.join(key)}: {a['status']} {a.get('categories')} on one lane, "
+                             f"{b['status']} {b.get('categories')} here")
+            ia, ib = a.get("speedup_ci"), b.get("speedup_ci")
+            if ia and ib and (ia[1] < ib[0] or ib[1] < ia[0]):
+                diffs.append(f"{'/'.join(key)}: speedup interval {ia[0]:.3f}-{ia[1]:.3f} on one lane, "
+                             f"{ib[0]:.3f}-{ib[1]:.3f} here")
+        out[f"{case['case']} ({case['scale']})"] = diffs
+    return out
 
 
 def _pair_record(v: Any) -> dict[str, Any]:
     stages = dict(v.evidence.get("stages_s") or {})
     pair_s = float(v.evidence.get("pair_s") or v.wall_s)
     other = pair_s - sum(s for k, s in stages.items() if k != "build_wait")
+    ci = None
+    if v.timing is not None and v.timing.speedup_ci:
+        # the protocol's primary baseline: the one whose speedup is the verdict's
+        primary = next((k for k, x in v.timing.speedups.items() if x == v.speedup), None)
+        ci = list(v.timing.speedup_ci.get(primary) or next(iter(v.timing.speedup_ci.values())))
     return {"problem": v.problem, "candidate": v.candidate, "protocol": v.protocol, "status": v.status.value,
-            "speedup": v.speedup, "pair_s": round(pair_s, 3), "stages_s": stages, "other_s": round(max(other, 0.0), 3)}
+            "categories": sorted(c.value for c in v.categories), "speedup": v.speedup, "speedup_ci": ci,
+            "pair_s": round(pair_s, 3), "stages_s": stages, "other_s": round(max(other, 0.0), 3)}
 
 
 def summarise(case: dict[str, Any]) -> list[dict[str, Any]]:
@@ -162,6 +205,11 @@ def print_table(rows: list[dict[str, Any]], cases: list[dict[str, Any]]) -> None
               f"{case.get('pairs_per_min') or 0:.1f} pairs/min")
     for name, ratio in scale_ratios(cases).items():
         print(f"{name}: {ratio:.2f}x the pairs per minute of one lane")
+    for name, diffs in agreement(cases).items():
+        print(f"{name}: " + ("the same verdicts as one lane (statuses, categories, speedup intervals)" if not diffs
+                             else f"{len(diffs)} difference(s) from one lane:"))
+        for d in diffs:
+            print(f"    {d}")
     ratios = _verified_over_standard(cases)
     if ratios:
         print("\nVerified / standard pair time, same pair:")
@@ -202,6 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the JSON here")
     ap.add_argument("--candidates", default=None, help="evaluate these candidates instead of each case's own")
     ap.add_argument("--lanes", type=int, default=1, help="local lanes: GPUs 0..N-1, or N CPU lanes on --device cpu")
+    ap.add_argument("--devices", default=None, help="also run with these local lanes: auto or GPU indices (0,1,3)")
+    ap.add_argument("--jobs", type=int, default=0, help="parallel builds when warming the cache (0: one per core, at most 8)")
+    ap.add_argument("--warm-only", action="store_true", help="only build the cases' compiled candidates into the cache")
     ap.add_argument("--executor", default="local", choices=("local", "ray"))
     ap.add_argument("--ray-address", default=None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT")
     args = ap.parse_args(argv)
@@ -213,15 +264,20 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="kbv-throughput-"))
     # a Ray that kbv starts here runs its workers with this environment: they share the warm cache
     os.environ.setdefault("KBV_CACHE_DIR", _cache_dir(args, root))
-    scale = scale_options(args)
+    scales = scale_options(args)
     cases: list[dict[str, Any]] = []
     for name in names:
+        t0 = time.monotonic()
         warm_builds(name, args, root)
+        if args.warm_only:
+            print(f"{name}: builds warm in {_cache_dir(args, root)} ({time.monotonic() - t0:.1f} s)")
+            continue
         run_case(name, args, root, cases)
-        if scale is not None:
-            run_case(name, args, root, cases, scale[1], scale[0])
+        for label, fields in scales:
+            run_case(name, args, root, cases, fields, label)
         _write(args.out, cases)
-    print_table([r for c in cases if c["pairs"] for r in summarise(c)], cases)
+    if cases:
+        print_table([r for c in cases if c["pairs"] for r in summarise(c)], cases)
     return 0
 
 

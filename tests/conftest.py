@@ -55,7 +55,12 @@ def _restore_torch_flags() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The build cache of the whole session: pass it as `cache_dir=` / `--cache-dir` to every
-    evaluation, so each C++ source is built once."""
+    evaluation, so each C++ source is built once. $KBV_TEST_CACHE_DIR names one that outlives the
+    session (a GPU session warms it before the tests; builds are keyed by content hash)."""
+    shared = os.environ.get("KBV_TEST_CACHE_DIR")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     return tmp_path_factory.mktemp("kbv-cache")
 
 

@@ -69,11 +69,11 @@ CPU_FIXTURES = corpus("cpu")
 GPU_FIXTURES = corpus("gpu")
 
 
-def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Verdict]:
+def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory,
+               cache_dir: Path) -> dict[tuple[str, str], Verdict]:
     """Verdicts of every fixture of `kind` under both protocols, keyed by (fixture name, protocol)."""
     config = EvalConfig(candidates=str(CORPUS / kind), problems="smoke", protocol="both", device=device,
-                        run_dir=str(tmp_path_factory.mktemp(f"corpus-{kind}-run")),
-                        cache_dir=str(tmp_path_factory.mktemp(f"corpus-{kind}-cache")),
+                        run_dir=str(tmp_path_factory.mktemp(f"corpus-{kind}-run")), cache_dir=str(cache_dir),
                         timeout_s=120, timer_budget_s=3.0, ci_target=0.05, seed=1234)
     result = evaluate(config)
     log_verdicts(result.verdicts)
@@ -83,15 +83,16 @@ def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="session")
-def cpu_verdicts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Verdict]]:
-    yield run_corpus("cpu", "cpu", tmp_path_factory)
+def cpu_verdicts(tmp_path_factory: pytest.TempPathFactory,
+                 cache_dir: Path) -> Iterator[dict[tuple[str, str], Verdict]]:
+    yield run_corpus("cpu", "cpu", tmp_path_factory, cache_dir)
     for leftover in Path("/tmp").glob("kbv-corpus-*"):  # what the file-write hack leaves behind
         leftover.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
-def gpu_verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Verdict]:
-    return run_corpus("gpu", "cuda", tmp_path_factory)
+def gpu_verdicts(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[tuple[str, str], Verdict]:
+    return run_corpus("gpu", "cuda", tmp_path_factory, cache_dir)
 
 
 def describe(v: Verdict) -> str:
