@@ -35,7 +35,7 @@ for s in "$@"; do
   case $s in
     env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
     gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 \
-      tests/test_channel.py tests/generate ;;
+      ${GPU_TESTS_A:-tests/test_channel.py tests/generate} ;;
     gpu-tests-b) RESERVE=${RESERVE_B:-40} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-480}" python3 -m pytest -v -m gpu \
       -p no:cacheprovider --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
@@ -46,7 +46,10 @@ for s in "$@"; do
     reports) step reports 30 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
     soundness) step soundness 300 $KBV problems check full --device cuda --all ;;
     throughput) step throughput "${THROUGHPUT_LIMIT:-300}" python3 bench/throughput.py --cases "${THROUGHPUT_CASES:-gib,full}" --device cuda --timer-budget 4 --out "$OUT/throughput.json" ;;
-    kb-soundness) step kb-soundness "${KB_LIMIT:-420}" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda --workers "${KB_WORKERS:-8}" --budget "$(( ${KB_LIMIT:-420} - 20 ))" --out "$OUT/kb-soundness.jsonl" ;;
+    kb-soundness) kb=${KB_LIMIT:-420}
+      [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
+      step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda \
+        --workers "${KB_WORKERS:-8}" --budget "$(( kb - 25 ))" --out "$OUT/kb-soundness.jsonl" ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     prebuild) echo "=== prebuild (background)"

@@ -5,7 +5,7 @@ reference at another input) pass the whole verified protocol, does the output ig
 reference nondeterministic? Each problem runs in a process of its own (`--workers` at a time, with a
 per-problem time limit), so one that is too large for the device, or hangs, gets its line and the
 run goes on. The screens share the device's memory by their inputs' and weights' size (read from a
-draw on the meta device): the largest that fits goes next, and one of unknown size runs alone. Prints a table of the flagged problems and the counts; writes one JSON line a problem.
+draw on the meta device), smallest first; one of unknown size runs alone. Prints a table of the flagged problems and the counts; writes one JSON line a problem.
 
     PYTHONPATH=src python3 bench/kernelbench_soundness.py PROBLEMS_DIR --device cuda --workers 6 --out ks.jsonl
 """
@@ -136,11 +136,12 @@ def run_all(files: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]
             print(f"[{len(records)}/{len(files)}] {rec['problem']:60s} {rec['outcome']:11s} "
                   f"{'; '.join(rec.get('flags', [])) or rec.get('reason', '')}"[:220], flush=True)
 
-    # memory-aware: the largest problem that fits the memory left goes next, so big screens do not
-    # run each other out of device memory and small ones fill the gaps
+    # memory-aware: smallest first (the most problems inside a time budget); each screen waits for
+    # its memory, so big ones do not run each other out of device memory, and a smaller one that
+    # fits goes ahead of a big one that waits
     capacity = device_capacity(args.device)
     need = {f: memory_need(footprint_bytes(f), capacity) for f in files}
-    pending = sorted(files, key=lambda f: -need[f])
+    pending = sorted(files, key=lambda f: need[f])
     free = capacity
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         running: dict[Future[None], Path] = {}
@@ -192,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per problem")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per problem")
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated substrings of file names")
     ap.add_argument("--out", default=None)

@@ -196,3 +196,35 @@ def test_a_child_killed_in_the_middle_of_a_device_copy_leaves_the_parent_whole(c
         sb.call({"op": "forward", "inputs": refs, **sb.expect([x])[0]}, CALL_S)
     assert failure.value.status is Status.CRASHED
     assert _digest(x) == pristine
+
+
+LINEAR = '''\
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+
+@pytest.mark.parametrize("child", DEVICES, indirect=True)
+def test_weights_sent_through_the_channel_are_the_ones_the_model_runs_with(child, tmp_path):
+    """The verified trials hand the candidate their own weights (a state dict) across the boundary."""
+    sb, device = child
+    path = tmp_path / "candidate.py"
+    path.write_text(LINEAR)
+    w, b = torch.randn(4, 8, device=device), torch.randn(4, device=device)
+    refs = sb.put([w, b], CALL_S)
+    reply = sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": [], "seed": 0,
+                     "state_dict": {"fc.weight": refs[0], "fc.bias": refs[1]}}, CALL_S)
+    assert reply["state_loaded"]
+    x = torch.randn(3, 8, device=device)
+    fields, receipt = sb.expect([torch.empty(3, 4, device=device)])
+    reply = sb.call({"op": "forward", "inputs": sb.put([x], CALL_S), **fields}, CALL_S)
+    outs = sb.take(reply, receipt, CALL_S)
+    assert outs is not None and torch.allclose(outs[0], x @ w.T + b, atol=1e-5)

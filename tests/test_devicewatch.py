@@ -88,6 +88,24 @@ def test_the_peak_since_a_mark_sees_a_workspace_freed_before_the_call_returns(sc
     assert w.level_bytes - mark.level_bytes == 4 * MIB
 
 
+def test_the_raw_peak_leaves_the_allocators_segments_out(script):
+    """Whether PyTorch asks the driver for a segment depends on its cache, which differs between a
+    candidate's child and a baseline's: the raw peak counts only memory outside its segments."""
+    w = script.watch
+    script.alloc("cuMemAlloc_v2", 0x1000, 10 * MIB)  # before the recording mark
+    w.mark(record=True)
+    script.alloc("cuMemAlloc_v2", 0x2000, 36 * MIB)  # a PyTorch segment for the output
+    script.alloc("cuMemAlloc_v2", 0x5000, 1024 * MIB)  # a raw workspace, freed before return
+    script.alloc("cuMemCreate", 0x77, 2 * MIB)  # a raw VMM handle, kept
+    script.free("cuMemFree_v2", 0x5000)
+    script.free("cuMemFree_v2", 0x1000)  # older memory freed: no raw credit
+    script.alloc("cuMemAlloc_v2", 0x6000, 8 * MIB)  # raw again, after the workspace went
+    assert w.raw_peak_since({0x2000}) == 1026 * MIB
+    w.mark()  # recording ends: later calls are not kept
+    script.alloc("cuMemAlloc_v2", 0x7000, 4096 * MIB)
+    assert w.raw_peak_since({0x2000}) == 0
+
+
 def test_a_free_of_memory_allocated_before_the_watch_is_sized_by_the_driver(script):
     w = script.watch
     script.free("cuMemFree_v2", 0x9000)  # 64 MiB, allocated before the watch started

@@ -55,6 +55,7 @@ class Child:
         self.model: Any = None
         self.model_class: Any = None
         self.kept: list[Any] | None = None
+        self.previous_inputs: list[Any] = []  # the last call's inputs (see `_inputs`)
         self.pool: list[list[Any]] = []
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
@@ -205,9 +206,12 @@ class Child:
         if not handles or not isinstance(model, torch.nn.Module):
             return False
         own = model.state_dict()
-        if set(own) != set(handles) or any(tuple(own[k].shape) != tuple(handles[k].shape) for k in own):
+        if set(own) != set(handles):
             return False
-        model.load_state_dict({k: self._arg(h) for k, h in handles.items()})
+        state = {k: self._arg(h) for k, h in handles.items()}  # a device transfer's refs carry no shape
+        if any(tuple(own[k].shape) != tuple(state[k].shape) for k in own):
+            return False
+        model.load_state_dict(state)
         return True
 
     def op_forward(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -320,6 +324,9 @@ class Child:
                     args.append(new)
         else:
             args = [self._arg(a) for a in cmd["inputs"]]
+            # held until the next call's inputs are made, as KernelBench's loop holds them: consecutive
+            # calls' inputs never share an address (a pointer-keyed cache fares as it does there)
+            self.previous_inputs = args
         if cmd.get("keep"):
             self.kept = args
         return args

@@ -77,6 +77,7 @@ class DeviceWatch:
         self.level_bytes = 0  # allocated minus freed since the start (frees of older memory sized by the driver)
         self.launches = 0
         self._peak = 0
+        self._events: list[tuple[int, int]] | None = None  # (pointer or handle, +/- bytes) while recording
         self.problem: str | None = None  # why the watch is not running
 
     @classmethod
@@ -112,19 +113,45 @@ class DeviceWatch:
             self._sub = None
             self.problem = f"stopped before {why}"
 
-    def mark(self) -> Mark:
-        """The counters now; the peak starts again from the current level."""
+    def mark(self, record: bool = False) -> Mark:
+        """The counters now; the peak starts again from the current level. With `record`, every
+        allocation and free from now on is kept for `raw_peak_since` (until `mark` again)."""
         self._peak = self.level_bytes
+        self._events = [] if record else None
         return Mark(self.level_bytes, self.launches)
 
     def peak_since(self, mark: Mark) -> int:
         """The highest level since `mark` (made by `mark()`), above the level at it."""
         return max(self._peak - mark.level_bytes, 0)
 
+    def raw_peak_since(self, allocator_segments: set[int]) -> int:
+        """The highest level, since a recording `mark`, of the allocations that are none of
+        `allocator_segments` (PyTorch's segments, by address): raw `cudaMalloc`/`cuMemAlloc`/VMM
+        memory, whether freed before now or not. PyTorch's own memory is left out, so that its
+        cache (which differs between processes) does not count for or against anyone."""
+        level = peak = 0
+        live: dict[int, int] = {}
+        for key, nbytes in list(self._events or ()):
+            if nbytes > 0:
+                if key not in allocator_segments:
+                    live[key] = nbytes
+                    level += nbytes
+                    peak = max(peak, level)
+            elif key in live:
+                level -= live.pop(key)
+        return peak
+
     def _grow(self, key: int, nbytes: int) -> None:
         self._live[key] = nbytes
         self.level_bytes += nbytes
         self._peak = max(self._peak, self.level_bytes)
+        if self._events is not None:
+            self._events.append((key, nbytes))
+
+    def _shrink(self, key: int, nbytes: int) -> None:
+        self.level_bytes -= nbytes
+        if self._events is not None:
+            self._events.append((key, -nbytes))
 
     def _on_call(self, user: Any, domain: int, cbid: int, data: Any) -> None:
         try:
@@ -137,7 +164,7 @@ class DeviceWatch:
                     self._freed(ctypes.cast(d.functionParams, ctypes.POINTER(ctypes.c_uint64)).contents.value)
                 elif name == "cuMemRelease":
                     handle = ctypes.cast(d.functionParams, ctypes.POINTER(ctypes.c_uint64)).contents.value
-                    self.level_bytes -= self._live.pop(handle, 0)
+                    self._shrink(handle, self._live.pop(handle, 0))
                 return
             if not d.functionReturnValue or ctypes.cast(d.functionReturnValue, ctypes.POINTER(ctypes.c_int)).contents.value:
                 return  # the call failed: nothing was allocated
@@ -155,8 +182,8 @@ class DeviceWatch:
 
     def _freed(self, ptr: int) -> None:
         if ptr in self._live:
-            self.level_bytes -= self._live.pop(ptr)
+            self._shrink(ptr, self._live.pop(ptr))
             return
         base, size = ctypes.c_uint64(), ctypes.c_size_t()
         if ptr and self._range(ctypes.byref(base), ctypes.byref(size), ptr) == 0 and base.value == ptr:
-            self.level_bytes -= int(size.value)  # allocated before the watch: its free lowers the level
+            self._shrink(ptr, int(size.value))  # allocated before the watch: its free lowers the level

@@ -4,9 +4,12 @@ after warm-up.
 CUDA:
 - `peak_bytes`: the caching allocator's peak during the forward above what was allocated before it;
 - `retained_bytes`: what stays allocated after the output is freed (hidden caches, workspaces);
-- `device_peak_bytes`: the driver-level peak during the forward above the level before it
-  (`kbv.sandbox.devicewatch`): the allocator's cache is emptied first, so every byte the forward
-  needs, PyTorch's or a raw `cudaMalloc`'s freed before it returns, is allocated inside the window;
+- `device_peak_bytes`: the device-level peak during the forward above the level before it: the
+  allocator's peak plus the peak of the memory the driver handed out beside PyTorch's allocator
+  during the forward (raw `cudaMalloc`, `cuMemAlloc`, VMM; freed before it returns or not), seen by
+  `kbv.sandbox.devicewatch`. PyTorch's segments are left out of the driver-level part: whether the
+  allocator must ask the driver depends on what its cache already holds, which differs between a
+  candidate's child and a baseline's, so counting its segments would compare unlike processes;
 - `device_raw_bytes`: device memory the process holds outside PyTorch's allocator (a raw workspace
   kept across calls), from the driver-level level less PyTorch's reserved memory.
 CPU (Linux): resident-set peak (VmHWM, reset through /proc/self/clear_refs) above the resident set
@@ -43,15 +46,20 @@ def _measure_cuda(fn: Callable[..., Any], args: Sequence[Any], device: torch.dev
                   reserved_at_start: int) -> MemoryStats:
     gc.collect()
     torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()  # what the forward needs is allocated inside the window, by whichever allocator
+    torch.cuda.empty_cache()  # a segment PyTorch needs for the forward is taken inside the window, and is its own afterwards
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
-    mark = watch.mark() if watch is not None else None
+    if watch is not None:
+        watch.mark(record=True)
     with torch.no_grad():
         out = fn(*args)
     torch.cuda.synchronize(device)
     peak = torch.cuda.max_memory_allocated(device) - base
-    device_peak = watch.peak_since(mark) if watch is not None else None
+    device_peak = None
+    if watch is not None:
+        segments = {int(seg["address"]) for seg in torch.cuda.memory_snapshot()}
+        device_peak = int(peak) + watch.raw_peak_since(segments)
+        watch.mark()  # recording ends
     del out
     gc.collect()
     torch.cuda.synchronize(device)
