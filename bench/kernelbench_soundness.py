@@ -45,12 +45,13 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
         report = check_problem(prepared, VerifiedProtocol())
         record.update(flags=list(report.flags), notes=list(report.notes), calibration=report.calibration,
                       calibration_notes=report.calibration_notes, outcome="unsound" if report.flags else "sound")
-    except Exception as exc:  # out of device memory (PyTorch's or the driver's): too large for it
-        if not out_of_memory(exc):
+    except Exception as exc:
+        if out_of_memory(exc):  # PyTorch's or the driver's: too large for the device
+            record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
+        elif isinstance(exc, KbvError):  # the problem's own code failed, or no distribution applies
+            record.update(outcome="cannot run", reason=str(exc)[:300])
+        else:
             raise
-        record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
-    except KbvError as exc:
-        record.update(outcome="cannot run", reason=str(exc)[:300])
     record["seconds"] = round(time.monotonic() - t0, 2)
     return record
 

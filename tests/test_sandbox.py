@@ -339,3 +339,18 @@ def test_a_hanging_child_does_not_outlive_a_killed_parent(tmp_path: Path) -> Non
         parent.communicate()
         if child is not None and _alive(child):
             os.kill(child, 9)
+
+
+def test_children_of_one_label_get_working_directories_of_their_own(tmp_path: Path) -> None:
+    """Two samples with the same code give their children the same label: closing one child's
+    scratch must not take the other's working directory away."""
+    from kbv.settings import Settings
+
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    with settings.child_scratch("verified-abc") as first:
+        with settings.child_scratch("verified-abc") as second:
+            assert first.work_dir != second.work_dir
+            (second.work_dir / "scratch.txt").write_text("x")
+        assert not second.work_dir.exists()
+        assert first.work_dir.is_dir()
+    assert not first.work_dir.exists()

@@ -18,6 +18,7 @@ from sources import (DTYPE_RELU, HONEST_LINEAR, HONEST_RELU, LINEAR_PROBLEM, NEA
 
 CANDIDATES = {
     "19_ReLU__honest.py": HONEST_RELU,
+    "19_ReLU__honest_again.py": HONEST_RELU,  # a second sample with the same code
     "19_ReLU__wrong.py": WRONG_RELU,
     "19_ReLU__shape.py": SHAPE_RELU,
     "19_ReLU__dtype.py": DTYPE_RELU,
@@ -71,6 +72,12 @@ def test_honest_candidate_is_correct_with_a_speedup(verdicts: dict[str, Verdict]
     assert v.speedup is not None and math.isfinite(v.speedup) and v.speedup > 0
     expected = v.timing.baselines["eager"].mean_ms / v.timing.candidate.mean_ms
     assert v.speedup == pytest.approx(expected)  # baseline / candidate, on the mean
+
+
+def test_two_samples_with_the_same_code_are_each_evaluated(verdicts: dict[str, Verdict]) -> None:
+    """Their children share a label (the code's hash), never a working directory."""
+    for name in ("19_ReLU__honest", "19_ReLU__honest_again"):
+        assert verdicts[name].status is Status.CORRECT, verdicts[name].message
 
 
 def test_same_layers_under_the_same_seed_get_the_same_weights(verdicts: dict[str, Verdict]) -> None:

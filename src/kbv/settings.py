@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,12 +65,14 @@ class Settings:
 
     @contextmanager
     def child_scratch(self, label: str, build_dir: Path | None = None) -> Iterator[ChildSpec]:
-        """A child spec with a fresh working directory, removed afterwards. Reference children
+        """A child spec with a fresh working directory of its own, removed afterwards (two children
+        of one label, such as two samples with the same code, never share one). Reference children
         (no candidate) share an empty build directory."""
         from kbv.sandbox import ChildSpec
 
-        work = self.work_dir(label)
-        shutil.rmtree(work, ignore_errors=True)
+        root = self.run_dir / "work"
+        root.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))
         try:
             yield ChildSpec(work_dir=work, build_dir=build_dir or self.cache_dir / "reference",
                             device=self.child_device, visible_devices=self.visible_devices,

@@ -176,6 +176,18 @@ class LocalExecutor(Executor):
             return self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
         finally:
             warm.close()
+            self._return_device_memory()
+
+    def _return_device_memory(self) -> None:
+        """Give the parent's cached, unused device memory back to the driver: the children of the next
+        pair allocate from the same device, and a multi-GB problem's transients would starve them."""
+        if self.settings.device_type == "cuda":
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
 
     def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
         """A candidate whose backend this device cannot run, and which failed to build or run here,
@@ -200,6 +212,8 @@ class LocalExecutor(Executor):
             self._contexts.pop(runner.name)
             if not isinstance(held[1], ProblemError):
                 runner.release(held[1])
+            held = None
+            self._return_device_memory()
         try:
             context = runner.prepare(pair)
         except ProblemError as exc:

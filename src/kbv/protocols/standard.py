@@ -68,6 +68,15 @@ class StandardContext:
     baseline: TimingStats | None = None
 
 
+# Above this, a problem's correctness trials wait on the host between candidates: the device is shared
+# with the children (each of which holds its own inputs), and with the verified protocol's problem.
+DEVICE_TRIALS_BUDGET_BYTES = 8 << 30
+
+
+def _nbytes(values: list[Any]) -> int:
+    return sum(x.numel() * x.element_size() for x in values if isinstance(x, torch.Tensor))
+
+
 def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch.device) -> StandardContext:
     """Build the reference and its outputs on KernelBench's seeds. Raises ProblemRunError."""
     module = instantiate_problem(problem)
@@ -79,10 +88,15 @@ def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch
         if isinstance(model, torch.nn.Module):
             model = model.to(device)
         trials = []
+        park = False  # on the host between candidates (moved to the device one trial at a time)
         for seed in kernelbench_trial_seeds(protocol.seed, protocol.correctness_trials):
             set_seed(seed)
             inputs = to_device(module.get_inputs(), device)
             reference = [r.detach().clone() for r in flatten_outputs(model(*inputs))]
+            if not trials and device.type == "cuda":
+                park = _nbytes(inputs + reference) * protocol.correctness_trials > DEVICE_TRIALS_BUDGET_BYTES
+            if park:
+                inputs, reference = to_device(inputs, torch.device("cpu")), [r.cpu() for r in reference]
             trials.append((inputs, reference))
         set_seed(protocol.seed)
         timing_inputs = to_device(module.get_inputs(), device)
@@ -138,7 +152,8 @@ class StandardRunner:
         return blank_verdict(pair, self.protocol, self.settings.provenance)
 
     def release(self, ctx: StandardContext) -> None:
-        del ctx
+        ctx.trials.clear()  # the tensors go now, whoever still holds the context
+        ctx.timing_inputs = []
 
     def evaluate(self, pair: Pair, ctx: StandardContext, build: Build, sb: Sandbox) -> Verdict:
         """The standard verdict of one pair in the started child `sb`. Never raises for a bad candidate."""
@@ -153,7 +168,7 @@ class StandardRunner:
                          "init_args": ctx.init_inputs, "seed": self.protocol.seed,
                          "precision": self.protocol.precision}, time_left(deadline))
             with stage("correctness"):
-                trials = _run_trials(sb, ctx, self.protocol, deadline)
+                trials = _run_trials(sb, ctx, self.protocol, deadline, torch.device(self.settings.device))
             failed = [t for t in trials if not t.passed]
             if failed:
                 return finish_verdict(base, t0, status=Status.INCORRECT, trials=tuple(trials),
@@ -172,9 +187,11 @@ class StandardRunner:
                               speedup=timing.speedups["eager"], message=f"{len(trials)}/{len(trials)} trials passed")
 
 
-def _run_trials(sb: Sandbox, ctx: StandardContext, protocol: StandardProtocol, deadline: float) -> list[Trial]:
+def _run_trials(sb: Sandbox, ctx: StandardContext, protocol: StandardProtocol, deadline: float,
+                device: torch.device) -> list[Trial]:
     trials = []
     for index, (inputs, references) in enumerate(ctx.trials):
+        inputs, references = to_device(inputs, device), [r.to(device) for r in references]  # parked ones come back
         refs = sb.put(inputs, time_left(deadline))
         fields, receipt = sb.expect(references)
         reply = sb.call({"op": "forward", "inputs": refs, **fields}, time_left(deadline))

@@ -122,8 +122,13 @@ class PreparedProblem:
         return self._truth_memo[index]
 
     def close(self) -> None:
+        """Close the baseline children and drop every tensor now, whoever still holds the record."""
         self.stack.close()
         self._truth_memo.clear()
+        self.pool.clear()
+        for t in self.trials:
+            t.keep = False
+            t.release()
 
 
 def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.device, secret: bytes) -> PreparedProblem:
