@@ -65,6 +65,7 @@ def footprint_bytes(path: Path) -> int | None:
     moves its inputs to a device itself, say)."""
     import torch
 
+    from kbv.inputs import tensor_bytes
     from kbv.problems import instantiate_problem, load_problem_file
 
     try:
@@ -73,10 +74,8 @@ def footprint_bytes(path: Path) -> int | None:
             init = list(module.get_init_inputs())
             inputs = list(module.get_inputs())
             model = module.Model(*init)
-        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-        if isinstance(model, torch.nn.Module):
-            tensors += list(model.parameters()) + list(model.buffers())
-        return sum(t.numel() * t.element_size() for t in tensors)
+        weights = [*model.parameters(), *model.buffers()] if isinstance(model, torch.nn.Module) else []
+        return tensor_bytes([*inputs, *weights])
     except Exception:  # noqa: BLE001 - any failure here only means "unknown": the problem runs alone
         return None
 

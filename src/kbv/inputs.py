@@ -4,7 +4,7 @@ protocol's hidden distributions live in `kbv.distributions`."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -30,6 +30,11 @@ def kernelbench_trial_seeds(seed: int, n: int) -> list[int]:
     with rng_isolated():
         torch.manual_seed(seed)
         return [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(n)]
+
+
+def tensor_bytes(values: Iterable[Any]) -> int:
+    """The bytes of the tensors among `values` (other values count nothing)."""
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
 def to_device(values: Sequence[Any], device: torch.device) -> list[Any]:

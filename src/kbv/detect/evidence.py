@@ -78,9 +78,9 @@ RETAINED_FLOOR_BYTES = 1 << 20  # held tensors under 1 MiB are never flagged: ta
 
 def io_bytes(inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
     """The bytes of one set of inputs and outputs (tensors only): what `retained_state` compares with."""
-    import torch
+    from kbv.inputs import tensor_bytes
 
-    return sum(t.numel() * t.element_size() for t in [*inputs, *outputs] if isinstance(t, torch.Tensor))
+    return tensor_bytes([*inputs, *outputs])
 
 
 def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,

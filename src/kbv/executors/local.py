@@ -178,15 +178,17 @@ class LocalExecutor(Executor):
             warm.close()
             self._return_device_memory()
 
-    def _return_device_memory(self) -> None:
+    def _return_device_memory(self, collect: bool = False) -> None:
         """Give the parent's cached, unused device memory back to the driver: the children of the next
-        pair allocate from the same device, and a multi-GB problem's transients would starve them."""
+        pair allocate from the same device, and a multi-GB problem's transients would starve them.
+        `collect` (a problem released): the garbage collector runs first, for what cycles still hold."""
         if self.settings.device_type == "cuda":
             import gc
 
             import torch
 
-            gc.collect()
+            if collect:
+                gc.collect()
             torch.cuda.empty_cache()
 
     def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
@@ -213,7 +215,7 @@ class LocalExecutor(Executor):
             if not isinstance(held[1], ProblemError):
                 runner.release(held[1])
             held = None
-            self._return_device_memory()
+            self._return_device_memory(collect=True)
         try:
             context = runner.prepare(pair)
         except ProblemError as exc:

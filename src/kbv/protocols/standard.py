@@ -24,7 +24,7 @@ from kbv.builds import Build
 from kbv.candidates import Pair
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError
-from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, to_device
+from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
@@ -73,10 +73,6 @@ class StandardContext:
 DEVICE_TRIALS_BUDGET_BYTES = 8 << 30
 
 
-def _nbytes(values: list[Any]) -> int:
-    return sum(x.numel() * x.element_size() for x in values if isinstance(x, torch.Tensor))
-
-
 def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch.device) -> StandardContext:
     """Build the reference and its outputs on KernelBench's seeds. Raises ProblemRunError."""
     module = instantiate_problem(problem)
@@ -94,7 +90,7 @@ def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch
             inputs = to_device(module.get_inputs(), device)
             reference = [r.detach().clone() for r in flatten_outputs(model(*inputs))]
             if not trials and device.type == "cuda":
-                park = _nbytes(inputs + reference) * protocol.correctness_trials > DEVICE_TRIALS_BUDGET_BYTES
+                park = tensor_bytes(inputs + reference) * protocol.correctness_trials > DEVICE_TRIALS_BUDGET_BYTES
             if park:
                 inputs, reference = to_device(inputs, torch.device("cpu")), [r.cpu() for r in reference]
             trials.append((inputs, reference))

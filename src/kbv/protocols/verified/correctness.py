@@ -21,6 +21,7 @@ from kbv.compare import Judgement, judge_outputs
 from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
 from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, retained_state
 from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
+from kbv.inputs import tensor_bytes
 from kbv.protocols.verified.prepare import PreparedProblem, TrialData
 from kbv.protocols.verified.rules import (
     LATE_INPUT_CYCLES,
@@ -194,7 +195,7 @@ def _retained(reply: dict[str, Any], trial: TrialData, result: CorrectnessResult
     retained = reply.get("retained")
     if not isinstance(retained, dict):
         return
-    weights = sum(t.numel() * t.element_size() for t in trial.state.values())
+    weights = tensor_bytes(trial.state.values())
     found = retained_state(retained, io_bytes(trial.inputs, trial.evaluation.baseline), weights)
     if found is not None:
         result.hacks.setdefault(found[0].value, found[1])

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from kbv.distributions import Calibration, calibrate, draw_inputs, trial_seed
+from kbv.inputs import tensor_bytes
 from kbv.errors import ProblemRunError
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols.verified.rules import BASELINES, KEEP_BUDGET_BYTES, VerifiedProtocol
@@ -67,8 +68,7 @@ class TrialData:
 
     def footprint_bytes(self) -> int:
         inputs, state, ev = self._get()
-        tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(state.values()) + ev.truth + ev.baseline
-        return sum(t.numel() * t.element_size() for t in tensors)
+        return tensor_bytes([*inputs, *state.values(), *ev.truth, *ev.baseline])
 
     def release(self) -> None:
         if not self.keep:
@@ -201,7 +201,7 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     device = torch.device(settings.device)
     dists = prepared.calibration.applicable()
     first = prepared.draw(0, "timing", device)
-    per_set = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
+    per_set = tensor_bytes(first)
     n = max(pool_size(per_set, settings.l2_bytes, timer), len(dists))
     prepared.pool = [first] + [prepared.draw(k, "timing", device) for k in range(1, n)]
     prepared.pool_distributions = [dists[k % len(dists)] for k in range(n)]

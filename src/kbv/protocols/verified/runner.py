@@ -29,6 +29,7 @@ from kbv.compare import judge_outputs
 from kbv.detect.attribution import Attribution, attribute, missing_custom_work
 from kbv.detect.caches import replayed_timing
 from kbv.detect.speed import impossible_speed
+from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
 from kbv.protocols.verified.prepare import (
@@ -208,8 +209,8 @@ class VerifiedRunner:
 def _min_dram_bytes(prepared: PreparedProblem, l2_bytes: int) -> int:
     """Bytes a call cannot avoid moving through DRAM: every input tensor (cold after the flush) and
     the part of the outputs larger than L2."""
-    inputs = sum(x.numel() * x.element_size() for x in prepared.pool[0] if isinstance(x, torch.Tensor))
-    outputs = sum(o.numel() * o.element_size() for o in prepared.output_like)
+    inputs = tensor_bytes(prepared.pool[0])
+    outputs = tensor_bytes(prepared.output_like)
     return inputs + max(outputs - l2_bytes, 0)
 
 
