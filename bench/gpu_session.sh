@@ -8,7 +8,9 @@
 # `prebuild` fills it in parallel in the background (wait for it with `prebuild-wait`), `pack`
 # writes it to $OUT/builds.tgz, and `unpack` restores .dev/builds.tgz (carry .dev) in a later call.
 # `ray-site` unpacks .dev/raysite.tar.xz (ray and its missing dependencies, as a site directory)
-# onto PYTHONPATH for the `scale` step.
+# onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
+# SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
+# KB_RESUME an earlier KernelBench screen whose finished problems are kept.
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -49,7 +51,8 @@ for s in "$@"; do
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
       step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda \
-        --workers "${KB_WORKERS:-8}" --budget "$(( kb - 25 ))" --out "$OUT/kb-soundness.jsonl" ;;
+        --workers "${KB_WORKERS:-8}" --budget "$(( kb - 25 ))" --out "$OUT/kb-soundness.jsonl" \
+        ${KB_RESUME:+--resume $KB_RESUME} ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     prebuild) echo "=== prebuild (background)"
@@ -65,7 +68,10 @@ for s in "$@"; do
     ray-site) mkdir -p /tmp/raysite && step ray-site 120 tar -xJf .dev/raysite.tar.xz -C /tmp/raysite \
       && export PYTHONPATH=$PYTHONPATH:/tmp/raysite RAY_AUTH_MODE=disabled ;;
     scale) step scale "${SCALE_LIMIT:-420}" python3 bench/throughput.py --cases full --device cuda --timer-budget 4 \
-      --devices auto --executor ray --out "$OUT/scale.json" ;;
+      ${SCALE_OPTS:---devices auto --executor ray} ${SCALE_ONE_LANE:+--one-lane-from $SCALE_ONE_LANE} \
+      --out "$OUT/${SCALE_NAME:-scale}.json" ;;
+    gpumon) echo "=== gpumon (background): device memory every 2 s"
+      nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=1e9, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated substrings of file names")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--resume", default=None,
+                    help="an earlier --out: its problems that were screened (sound, unsound, cannot run) are "
+                         "kept, the rest run again")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
@@ -210,8 +213,29 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted(p for p in root.rglob("*.py") if p.parent.name.lower().startswith("level"))
     if args.only:
         files = [f for f in files if any(s in f.name for s in args.only.split(","))]
-    print_table(run_all(files, args))
+    kept = screened(Path(args.resume)) if args.resume else {}
+    files = [f for f in files if f"L{_level(f)}/{f.stem}" not in kept]
+    if kept:
+        print(f"{len(kept)} problems screened by {args.resume} are kept; {len(files)} to screen", flush=True)
+    records = run_all(files, args)
+    if args.out and kept:
+        with open(args.out, "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(r) + "\n" for r in kept.values())
+    print_table([*kept.values(), *records])
     return 0
+
+
+FINAL = ("sound", "unsound", "cannot run")  # outcomes a rerun would not change
+
+
+def screened(path: Path) -> dict[str, dict[str, Any]]:
+    """Problem key -> its last record in an earlier run's JSONL, for those with a final outcome."""
+    last: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            last[rec["problem"]] = rec
+    return {k: r for k, r in last.items() if r["outcome"] in FINAL}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ this script's build cache.
     PYTHONPATH=src python3 bench/throughput.py --cases smoke --device cpu
     PYTHONPATH=src python3 bench/throughput.py --cases full --device cuda --lanes 8
     PYTHONPATH=src python3 bench/throughput.py --cases full --device cuda --executor ray [--ray-address auto]
+    PYTHONPATH=src python3 bench/throughput.py --cases full --device cuda --devices auto --one-lane-from one.json
 """
 
 from __future__ import annotations
@@ -165,7 +166,9 @@ def _pair_record(v: Any) -> dict[str, Any]:
         ci = list(v.timing.speedup_ci.get(primary) or next(iter(v.timing.speedup_ci.values())))
     return {"problem": v.problem, "candidate": v.candidate, "protocol": v.protocol, "status": v.status.value,
             "categories": sorted(c.value for c in v.categories), "speedup": v.speedup, "speedup_ci": ci,
-            "pair_s": round(pair_s, 3), "stages_s": stages, "other_s": round(max(other, 0.0), 3)}
+            "pair_s": round(pair_s, 3), "stages_s": stages, "other_s": round(max(other, 0.0), 3),
+            "message": "" if v.status.value in ("correct", "verified") else v.message[:300],
+            "attribution_s": (v.evidence.get("attribution") or {}).get("seconds")}
 
 
 def summarise(case: dict[str, Any]) -> list[dict[str, Any]]:
@@ -255,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-only", action="store_true", help="only build the cases' compiled candidates into the cache")
     ap.add_argument("--executor", default="local", choices=("local", "ray"))
     ap.add_argument("--ray-address", default=None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT")
+    ap.add_argument("--one-lane-from", default=None,
+                    help="with --devices/--lanes/--executor: take the one-lane runs from this earlier --out JSON "
+                         "instead of running them again (the same cases, options and build cache)")
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -265,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     # a Ray that kbv starts here runs its workers with this environment: they share the warm cache
     os.environ.setdefault("KBV_CACHE_DIR", _cache_dir(args, root))
     scales = scale_options(args)
+    earlier = json.loads(Path(args.one_lane_from).read_text())["cases"] if args.one_lane_from else []
     cases: list[dict[str, Any]] = []
     for name in names:
         t0 = time.monotonic()
@@ -272,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.warm_only:
             print(f"{name}: builds warm in {_cache_dir(args, root)} ({time.monotonic() - t0:.1f} s)")
             continue
-        run_case(name, args, root, cases)
+        prior = [c for c in earlier if c["case"] == name and c.get("scale", "one-lane") == "one-lane"]
+        if prior and scales:  # the one-lane run of an earlier invocation is the reference
+            cases.append(prior[0])
+        else:
+            run_case(name, args, root, cases)
         for label, fields in scales:
             run_case(name, args, root, cases, fields, label)
         _write(args.out, cases)

@@ -4,16 +4,22 @@ children of the next pairs, and a multi-GB problem's trials would otherwise star
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import torch
 
+from kbv.candidates import Candidate, Pair
+from kbv.errors import ProblemRunError
+from kbv.executors import Job
+from kbv.executors.local import LocalExecutor
 from kbv.problems import load_problem_file
 from kbv.protocols.standard import StandardProtocol, StandardRunner, prepare_standard
 from kbv.protocols.verified.prepare import prepare_trials
 from kbv.protocols.verified.rules import VerifiedProtocol
 from kbv.settings import Settings
-from sources import RELU_PROBLEM
+from sources import HONEST_RELU, RELU_PROBLEM
 
 
 def _problem(tmp_path: Path):
@@ -40,3 +46,44 @@ def test_a_closed_verified_problem_holds_no_tensors(tmp_path):
     prepared.close()
     assert prepared.pool == []
     assert all(t._data is None for t in prepared.trials)
+
+
+class _OutOfMemoryRunner:
+    """A protocol whose preparation runs the device out of memory halfway, holding a tensor."""
+
+    name = "verified"
+
+    def __init__(self) -> None:
+        self.held: list[weakref.ref[torch.Tensor]] = []
+        self.prepares = 0
+
+    def prepare(self, pair: Pair) -> None:
+        self.prepares += 1
+        half_made = torch.zeros(1 << 20)
+        self.held.append(weakref.ref(half_made))
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.62 GiB.")
+
+    def release(self, context: object) -> None:  # pragma: no cover - nothing is ever prepared
+        raise AssertionError("nothing was prepared")
+
+    def blank(self, pair: Pair):  # pragma: no cover - no verdict is made
+        raise AssertionError("no verdict is made")
+
+
+def test_a_problem_too_large_for_the_device_fails_that_problem_and_keeps_nothing(tmp_path):
+    problem = _problem(tmp_path)
+    cand = Candidate(code=HONEST_RELU, name="19_ReLU__honest", origin="c.py", problem_ref="19_ReLU")
+    runner = _OutOfMemoryRunner()
+    executor = LocalExecutor(Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache"),
+                             {"verified": runner})
+    try:
+        futures = [executor.submit(Job(Pair(problem, cand), "verified", f"k{i}")) for i in range(2)]
+        errors = [fut.exception(timeout=120) for fut in futures]
+    finally:
+        executor.close()
+    # a problem failure (the run goes on to other problems), named, in one line; prepared once
+    assert all(isinstance(e, ProblemRunError) for e in errors)
+    assert "too large for cpu under the verified protocol" in str(errors[0]) and "\n" not in str(errors[0])
+    assert runner.prepares == 1
+    gc.collect()
+    assert [ref() for ref in runner.held] == [None]  # the half-made problem's tensors are gone

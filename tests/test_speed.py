@@ -13,7 +13,7 @@ import torch
 
 from kbv.detect.speed import wall_bound
 from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
-from kbv.protocols.verified.timer import TimerConfig, _Side, load_pool, measure_speed
+from kbv.protocols.verified.timer import TimerConfig, _Side, load_pool, measure_speed, pool_size
 from kbv.sandbox import ChildSpec, Sandbox
 from kbv.stats import StopRule
 from kbv.verdict import Category
@@ -181,3 +181,15 @@ def test_a_child_measures_the_copy_bandwidth_it_can_reach(children):
     gbps = base.call({"op": "bandwidth", "bytes": 64 << 20, "repeats": 3}, 60)["gbps"]
     # any machine this runs on moves 64 MiB at more than 0.5 GB/s and less than 10 TB/s
     assert 0.5 < gbps < 10_000
+
+
+def test_the_pool_covers_every_distribution_while_it_fits_its_memory_budget():
+    config = TimerConfig(pool_budget_bytes=6 << 30)
+    l2 = 60 << 20
+    # small sets: enough to exceed twice the L2, and never fewer than the distributions
+    assert pool_size(1 << 20, l2, config, distributions=5) == 16
+    assert pool_size(64 << 20, l2, config, distributions=5) == 5
+    # a 2.6 GiB input set: five of them would be 13 GiB in every process that times
+    assert pool_size(2_818_572_288, l2, config, distributions=5) == 2
+    # never fewer than two sets, however large: consecutive timed calls must not share inputs
+    assert pool_size(8 << 30, l2, config, distributions=5) == 2

@@ -36,6 +36,7 @@ class Attribution:
     kernels: tuple[tuple[str, float, bool], ...] = ()  # (name, us, custom)
     launches: dict[str, int] = field(default_factory=dict)
     ghost: str = ""  # the output with the candidate's launches suppressed: unchanged | changed | raised...
+    seconds: dict[str, float] = field(default_factory=dict)  # where the stage's wall time went
 
     @property
     def decoy(self) -> bool:
@@ -52,7 +53,8 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     if device_type != "cuda" or not profiled:  # a CPU, or no profile: launch counts and their time decide
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
-        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost)
+        return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost,
+                           dict(reply.get("seconds", {})))
     names = kernel_names(source)
     rows = []
     for k in reply.get("kernels", []):
@@ -67,7 +69,7 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     share = custom / total if total > 0 else 0.0
     if not any(own for *_, own in rows):
         custom_launches = 0  # counters fired, but no device kernel of the candidate's ran
-    return Attribution(custom_launches, share, tuple(rows), launches, ghost)
+    return Attribution(custom_launches, share, tuple(rows), launches, ghost, dict(reply.get("seconds", {})))
 
 
 def missing_custom_work(a: Attribution, min_custom_share: float) -> tuple[Category, str] | None:

@@ -24,8 +24,9 @@ from typing import Any
 
 from kbv.builds import Build, build_candidate, build_key, needs_build, prepare_candidate
 from kbv.candidates import Pair
-from kbv.errors import ProblemError
+from kbv.errors import ProblemError, ProblemRunError
 from kbv.executors import Executor, Job, ProtocolRunner
+from kbv.problems import out_of_memory
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
 from kbv.settings import Settings
 from kbv.stages import StageClock, measuring, stage
@@ -208,7 +209,7 @@ class LocalExecutor(Executor):
         held = self._contexts.get(runner.name)
         if held is not None and held[0] == pair.problem.hash:
             if isinstance(held[1], ProblemError):
-                raise held[1]
+                raise type(held[1])(str(held[1]))
             return held[1]
         if held is not None:
             self._contexts.pop(runner.name)
@@ -216,11 +217,21 @@ class LocalExecutor(Executor):
                 runner.release(held[1])
             held = None
             self._return_device_memory(collect=True)
+        failure: ProblemError | None = None
         try:
             context = runner.prepare(pair)
         except ProblemError as exc:
-            self._contexts[runner.name] = (pair.problem.hash, exc)
-            raise
+            # kept without its traceback, whose frames would hold the half-made problem's tensors
+            failure = type(exc)(str(exc))
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            failure = ProblemRunError(f"{pair.problem.origin}: too large for {self.settings.device} under the "
+                                      f"{runner.name} protocol: {str(exc).splitlines()[0][:200]}")
+        if failure is not None:
+            self._contexts[runner.name] = (pair.problem.hash, failure)
+            self._return_device_memory(collect=True)
+            raise type(failure)(str(failure))
         self._contexts[runner.name] = (pair.problem.hash, context)
         return context
 

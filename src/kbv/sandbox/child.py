@@ -24,6 +24,7 @@ import os
 import sys
 import traceback
 import types
+from time import perf_counter as _now  # bound before candidate code can re-bind time's names
 from typing import Any
 
 _TRACEBACK_CHARS = 8000
@@ -277,18 +278,26 @@ class Child:
         from kbv.sandbox.guards import GhostCall
 
         torch = self.torch
+        seconds: dict[str, float] = {}
+        t = _now()
         if self._profiler_warm is not None:
             self._profiler_warm.join()
+        seconds["profiler_wait"] = _now() - t
         warm = [self._arg(a) for a in cmd["warm_inputs"]]
         args = [self._arg(a) for a in cmd["inputs"]]
         with torch.no_grad():
+            t = _now()
             self.model(*warm)  # compilation and autotuning stay out; other inputs, so no cache answers next
             self.sync()
+            seconds["warm_call"] = _now() - t
             self.guards.launches.clear()
             self.guards.launch_s.clear()
             self.guards.phase = "call"
+            t = _now()
             result = profile_forward(self.model, args, self.device, self.clock)
+            seconds["profiled_call"] = _now() - t
             self.guards.phase = "harness"
+            t = _now()
             launches, launch_s = dict(self.guards.launches), dict(self.guards.launch_s)
             ghost_args = [self._arg(a) for a in cmd["ghost_inputs"]]
             ig.poison_allocator(self.device, _nbytes(self._expected(cmd["ghost_outputs"])) * 2, float("nan"))
@@ -307,8 +316,9 @@ class Child:
         if out is not None:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             copied, delivered = self._deliver(outs, cmd["ghost_outputs"], [{} for _ in outs])
+        seconds["ghost"] = _now() - t
         return {**result, "launches": launches, "launch_s": launch_s, "ghost": ghost, "ghost_copied": copied,
-                **delivered}
+                "seconds": {k: round(v, 4) for k, v in seconds.items()}, **delivered}
 
     def _inputs(self, cmd: dict[str, Any]) -> list[Any]:
         """The forward's arguments. `reuse` writes the new values into the tensors kept by an earlier

@@ -202,7 +202,7 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     dists = prepared.calibration.applicable()
     first = prepared.draw(0, "timing", device)
     per_set = tensor_bytes(first)
-    n = max(pool_size(per_set, settings.l2_bytes, timer), len(dists))
+    n = pool_size(per_set, settings.l2_bytes, timer, len(dists))
     prepared.pool = [first] + [prepared.draw(k, "timing", device) for k in range(1, n)]
     prepared.pool_distributions = [dists[k % len(dists)] for k in range(n)]
     last = prepared.trials[-1]

@@ -102,10 +102,14 @@ class VerifiedRunner:
                 stack.close()
                 raise
             prepared.stack.enter_context(stack)
-            screen(prepared, self.protocol)
-            prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
-            with stage("timing"):
-                self._measure_copy_bandwidth(prepared)
+            try:
+                screen(prepared, self.protocol)
+                prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
+                with stage("timing"):
+                    self._measure_copy_bandwidth(prepared)
+            except BaseException:
+                prepared.close()  # the baseline children and every tensor, now
+                raise
         return prepared
 
     def release(self, prepared: PreparedProblem) -> None:
@@ -174,19 +178,29 @@ class VerifiedRunner:
         """Attribution on fresh inputs, and the ghost replay judged against the truth: an output
         that is still right with the candidate's own launches suppressed never needed them."""
         device = torch.device(self.settings.device)
+        t = time.perf_counter()
         warm, profiled, ghosted = (prepared.draw(ATTRIBUTION_SET + k, "replay", device) for k in range(3))
         refs = iter(sb.put(warm + profiled + ghosted, time_left(deadline)))
         take = [[next(refs) for _ in group] for group in (warm, profiled, ghosted)]
         fields, receipt = sb.expect(prepared.output_like)
+        parent = {"inputs": time.perf_counter() - t}
+        t = time.perf_counter()
         reply = sb.call({"op": "attribution", "warm_inputs": take[0], "inputs": take[1], "ghost_inputs": take[2],
                          "ghost_outputs": fields}, time_left(deadline))
+        parent["child"] = time.perf_counter() - t
         if reply.get("ghost") == "ran":
+            t = time.perf_counter()
             outs = sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, time_left(deadline))
             right = False
             if outs is not None:
                 ev = prepared.evaluate(ghosted)
                 right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed
             reply["ghost"] = "unchanged" if right else "changed"
+            parent["ghost_truth"] = time.perf_counter() - t
+        child = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
+        reply["seconds"] = {**{f"child_{k}"[:40]: float(v) for k, v in list(child.items())[:8]  # the child's word
+                               if isinstance(v, (int, float))},
+                            **{k: round(v, 4) for k, v in parent.items()}}
         return attribute(reply, pair.candidate.code, self.settings.device_type)
 
     def _time(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> SpeedResult:
@@ -268,8 +282,11 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
 
 def _timing(speed: SpeedResult, prepared: PreparedProblem, settings: Settings) -> Timing:
     dists = ", ".join(dict.fromkeys(prepared.pool_distributions))
+    left_out = [d for d in prepared.calibration.applicable() if d not in prepared.pool_distributions]
     notes = (f"{speed.rechecked} timed outputs rechecked", f"timer {speed.timer_s:.1f} s",
-             f"timed on {len(prepared.pool)} input sets drawn from {dists}; models hold {prepared.timing_weights}")
+             f"timed on {len(prepared.pool)} input sets drawn from {dists}"
+             + (f" (not {', '.join(left_out)}: the pool's memory budget)" if left_out else "")
+             + f"; models hold {prepared.timing_weights}")
     return Timing(method="kbv-interleaved-" + ("events" if settings.device_type == "cuda" else "host"),
                   statistic="median_ms", candidate=speed.stats["candidate"],
                   baselines={k: v for k, v in speed.stats.items() if k != "candidate"},
@@ -279,4 +296,5 @@ def _timing(speed: SpeedResult, prepared: PreparedProblem, settings: Settings) -
 def _attribution_evidence(a: Attribution) -> dict[str, Any]:
     top = sorted(a.kernels, key=lambda k: -k[1])[:10]
     return {"custom_launches": a.custom_launches, "custom_share": round(a.custom_share, 4), "ghost_replay": a.ghost,
-            "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top]}
+            "launches": a.launches, "kernels": [{"name": n, "us": round(us, 2), "custom": c} for n, us, c in top],
+            "seconds": a.seconds}

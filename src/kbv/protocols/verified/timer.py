@@ -37,6 +37,9 @@ class TimerConfig:
     flush_factor: float = 2.0  # L2 flush = factor x L2 size
     pool_factor: float = 2.0  # pool bytes >= factor x L2 size
     max_pool_sets: int = 16
+    # every process that times holds the whole pool (the parent, each baseline child, the candidate's):
+    # above this many bytes, the pool stops adding distributions and keeps the L2 minimum (2 sets)
+    pool_budget_bytes: int = 6 << 30
 
 
 @dataclass
@@ -63,11 +66,14 @@ class SpeedResult:
     notes: tuple[str, ...] = ()
 
 
-def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig) -> int:
-    """How many input sets make the pool exceed `pool_factor` x L2 (at least 2)."""
+def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributions: int = 1) -> int:
+    """How many input sets the timing pool holds: enough to exceed `pool_factor` x L2, and one per
+    applicable distribution, as far as `pool_budget_bytes` allows; at least 2 (consecutive calls
+    never share inputs)."""
     need = int(config.pool_factor * l2_bytes)
-    sets = -(-need // max(bytes_per_set, 1))
-    return max(2, min(config.max_pool_sets, sets))
+    per_set = max(bytes_per_set, 1)
+    wanted = max(min(config.max_pool_sets, -(-need // per_set)), distributions)
+    return max(2, min(wanted, config.pool_budget_bytes // per_set))
 
 
 def load_pool(sb: Sandbox, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
