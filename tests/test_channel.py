@@ -228,3 +228,37 @@ def test_weights_sent_through_the_channel_are_the_ones_the_model_runs_with(child
     reply = sb.call({"op": "forward", "inputs": sb.put([x], CALL_S), **fields}, CALL_S)
     outs = sb.take(reply, receipt, CALL_S)
     assert outs is not None and torch.allclose(outs[0], x @ w.T + b, atol=1e-5)
+
+
+RAISES_AT_ONCE = '''\
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, fail):
+        if fail:  # before any kernel of its own: the command returns while its input's clone still runs
+            raise ValueError("refused")
+        return torch.relu(x)
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("child", ["cuda"], indirect=True)
+def test_a_command_that_returns_at_once_does_not_unmap_its_inputs_under_their_copy(child, tmp_path):
+    """A child clones what it is handed off the export, then frees the export when the command ends.
+    A command that ends before the clone has run (a forward that raises at once; a ghost replay whose
+    first extension call raises) must not unmap under it: that fault is charged to the next call, and
+    an honest kernel was once `cuda_error` for it."""
+    sb, device = child
+    _load(sb, tmp_path, RAISES_AT_ONCE)
+    x = torch.randn(24576, 16384, device=device)  # 1.5 GiB: its clone outlasts the reply
+    for _ in range(3):
+        with pytest.raises(ChildFailure) as failure:
+            sb.call({"op": "forward", "inputs": sb.put([x, True], CALL_S), **sb.expect([x])[0]}, CALL_S)
+        assert "refused" in failure.value.message
+    small = torch.randn(64, 64, device=device)
+    fields, receipt = sb.expect([small])
+    reply = sb.call({"op": "forward", "inputs": sb.put([small, False], CALL_S), **fields}, CALL_S)
+    outs = sb.take(reply, receipt, CALL_S)
+    assert outs is not None and torch.equal(outs[0], torch.relu(small))

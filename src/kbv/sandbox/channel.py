@@ -105,9 +105,8 @@ class DeviceChannel:
             try:
                 for view, t in views:
                     view.copy_(t.detach())
-                torch.cuda.synchronize(self.device)
             finally:
-                self._release()
+                self._release_after_sync()
         refs, k = [], 0
         for v in values:
             if isinstance(v, torch.Tensor):
@@ -130,9 +129,8 @@ class DeviceChannel:
                 outs = [torch.empty(t.shape, dtype=t.dtype, device=self.device) for t in receipt.like]
                 for out, (view, _) in zip(outs, views):
                     out.copy_(view)
-                torch.cuda.synchronize(self.device)
             finally:
-                self._release()
+                self._release_after_sync()
         return [o if _home(t, self.device) == self.device else o.to(t.device) for o, t in zip(outs, receipt.like)]
 
     def _open(self, layout: dict[str, Any], like: Sequence[torch.Tensor], timeout_s: float
@@ -153,6 +151,14 @@ class DeviceChannel:
             raise ChannelError(f"the child's device memory could not be mapped: {exc}") from exc
         base = self._mapping.ptr
         return [(vmm.as_tensor(base + off, tuple(t.shape), t.dtype, self.index), t) for off, t in zip(offsets, like)]
+
+    def _release_after_sync(self) -> None:
+        """Unmap once every copy queued on the mapping is done (also when one of them raised): an
+        unmap under a running copy would fault the parent's own context."""
+        try:
+            torch.cuda.synchronize(self.device)
+        finally:
+            self._release()
 
     def _release(self) -> None:
         mapping = getattr(self, "_mapping", None)

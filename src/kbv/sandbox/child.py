@@ -128,11 +128,22 @@ class Child:
             m.release()
 
     def end_command(self, op: str) -> None:
-        """After a command other than `alloc`: what it was handed has been cloned; free the exports."""
+        """After a command other than `alloc`: what it was handed has been cloned; free the exports.
+        The clones are queued device work: a command that returns without a synchronise (a ghost
+        replay whose first extension call raised) may still have them running, and unmapping under a
+        running copy is an illegal memory access, charged to whatever runs next. So the device is
+        synchronised first; a device that faults here keeps its exports (the next command reports it)."""
         if op == "alloc":
             return
         self.slots.clear()
         inbox, self.inbox = self.inbox, []
+        if not inbox:
+            return
+        try:
+            self.sync()
+        except Exception:
+            self.inbox = inbox
+            return
         for m in inbox:
             m.release()
 

@@ -22,9 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+# Programs that builds and JIT compiles run. `file`: `platform.architecture()` runs `file -b` on the
+# interpreter, and Triton's first compile in a process asks it (for its cache key); that compile can
+# come at any call (a branch first taken late), not only at the first.
 _TOOLCHAIN = ("ninja", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "ptxas", "cicc", "fatbinary",
               "nvlink", "ld", "ld.gold", "ldconfig", "cuobjdump", "which", "uname", "hipcc", "as", "ar",
-              "collect2", "cc1plus", "cc1", "cudafe++")
+              "collect2", "cc1plus", "cc1", "cudafe++", "file")
 _WRITE_MODES = ("w", "a", "x", "+")
 
 def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
