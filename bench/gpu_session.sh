@@ -10,7 +10,8 @@
 # `ray-site` unpacks .dev/raysite.tar.xz (ray and its missing dependencies, as a site directory)
 # onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
-# KB_RESUME an earlier KernelBench screen whose finished problems are kept.
+# KB_RESUME an earlier KernelBench screen whose finished problems are kept. `pairs` runs throughput's
+# full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -48,6 +49,9 @@ for s in "$@"; do
     reports) step reports 30 bash -c "$KBV report /tmp/runs/examples-standard --format json > $OUT/examples-standard.json; $KBV report /tmp/runs/examples-smoke --format json > $OUT/examples-smoke.json" ;;
     soundness) step soundness 300 $KBV problems check full --device cuda --all ;;
     throughput) step throughput "${THROUGHPUT_LIMIT:-300}" python3 bench/throughput.py --cases "${THROUGHPUT_CASES:-gib,full}" --device cuda --timer-budget 4 --out "$OUT/throughput.json" ;;
+    pairs) rm -rf /tmp/kbv-pairs && mkdir -p /tmp/kbv-pairs && cp ${PAIRS_GLOB:-examples/2_ReLU__*} /tmp/kbv-pairs/ \
+      && step pairs "${PAIRS_LIMIT:-200}" python3 bench/throughput.py --cases full --candidates /tmp/kbv-pairs \
+      --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
       step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda \

@@ -9,7 +9,7 @@ allocation and free the driver makes for this process, whoever asks, and every k
 The child starts the watch before any candidate code runs and reads it at marks: the level of
 device memory allocated (`level_bytes`), the launches so far, and the highest level since a mark
 (`peak_since`). It stops the watch before anything is profiled or timed: CUPTI allows one subscriber
-per process (`torch.profiler` needs it), and a callback per driver call must not slow timed calls.
+per process (PyTorch's Kineto profiler needs it), and a callback per driver call must not slow timed calls.
 Where CUPTI is missing or refuses, `bind`/`start` say so and the figures are absent, never guessed.
 This runs inside the child, beside candidate code that could tamper with it: its figures are evidence.
 """
