@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -105,10 +106,15 @@ def _level(path: Path) -> int | None:
     return int(name) if name.isdigit() else None
 
 
-def run_all(files: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]:
+def run_all(files: list[Path], args: argparse.Namespace, kept: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Screen `files`; `kept` (an earlier run's records) are written to `--out` first, so that a run
+    cut short loses nothing of them."""
     lock = threading.Lock()
     records: list[dict[str, Any]] = []
     out = open(args.out, "w", encoding="utf-8") if args.out else None
+    if out:
+        out.writelines(json.dumps(r) + "\n" for r in kept)
+        out.flush()
     deadline = time.monotonic() + args.budget
 
     def one(path: Path) -> None:
@@ -213,14 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     files = sorted(p for p in root.rglob("*.py") if p.parent.name.lower().startswith("level"))
     if args.only:
         files = [f for f in files if any(s in f.name for s in args.only.split(","))]
-    kept = screened(Path(args.resume)) if args.resume else {}
+    keys = {f"L{_level(f)}/{f.stem}" for f in files}
+    kept = {k: r for k, r in screened(Path(args.resume)).items() if k in keys} if args.resume else {}
     files = [f for f in files if f"L{_level(f)}/{f.stem}" not in kept]
     if kept:
         print(f"{len(kept)} problems screened by {args.resume} are kept; {len(files)} to screen", flush=True)
-    records = run_all(files, args)
-    if args.out and kept:
-        with open(args.out, "a", encoding="utf-8") as out:
-            out.writelines(json.dumps(r) + "\n" for r in kept.values())
+    records = run_all(files, args, list(kept.values()))
     print_table([*kept.values(), *records])
     return 0
 
@@ -232,8 +236,11 @@ def screened(path: Path) -> dict[str, dict[str, Any]]:
     """Problem key -> its last record in an earlier run's JSONL, for those with a final outcome."""
     last: dict[str, dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
+        try:
             rec = json.loads(line)
+        except json.JSONDecodeError:  # a blank line, or the last one of a run that was killed
+            continue
+        if isinstance(rec, dict) and "problem" in rec:
             last[rec["problem"]] = rec
     return {k: r for k, r in last.items() if r["outcome"] in FINAL}
 

@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.warm_only:
             print(f"{name}: builds warm in {_cache_dir(args, root)} ({time.monotonic() - t0:.1f} s)")
             continue
-        prior = [c for c in earlier if c["case"] == name and c.get("scale", "one-lane") == "one-lane"]
+        prior = [c for c in earlier if c["case"] == name and c.get("scale", "one-lane") == "one-lane"
+                 and c.get("pairs_per_min")]  # a one-lane run that finished (one cut short has no rate)
         if prior and scales:  # the one-lane run of an earlier invocation is the reference
             cases.append(prior[0])
         else:

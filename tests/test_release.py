@@ -8,6 +8,7 @@ import gc
 import weakref
 from pathlib import Path
 
+import pytest
 import torch
 
 from kbv.candidates import Candidate, Pair
@@ -53,15 +54,16 @@ class _OutOfMemoryRunner:
 
     name = "verified"
 
-    def __init__(self) -> None:
+    def __init__(self, message: str) -> None:
         self.held: list[weakref.ref[torch.Tensor]] = []
         self.prepares = 0
+        self.message = message
 
     def prepare(self, pair: Pair) -> None:
         self.prepares += 1
         half_made = torch.zeros(1 << 20)
         self.held.append(weakref.ref(half_made))
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.62 GiB.")
+        raise torch.OutOfMemoryError(self.message)
 
     def release(self, context: object) -> None:  # pragma: no cover - nothing is ever prepared
         raise AssertionError("nothing was prepared")
@@ -70,10 +72,11 @@ class _OutOfMemoryRunner:
         raise AssertionError("no verdict is made")
 
 
-def test_a_problem_too_large_for_the_device_fails_that_problem_and_keeps_nothing(tmp_path):
+@pytest.mark.parametrize("message", ["CUDA out of memory. Tried to allocate 2.62 GiB.", ""])
+def test_a_problem_too_large_for_the_device_fails_that_problem_and_keeps_nothing(tmp_path, message):
     problem = _problem(tmp_path)
     cand = Candidate(code=HONEST_RELU, name="19_ReLU__honest", origin="c.py", problem_ref="19_ReLU")
-    runner = _OutOfMemoryRunner()
+    runner = _OutOfMemoryRunner(message)
     executor = LocalExecutor(Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache"),
                              {"verified": runner})
     try:

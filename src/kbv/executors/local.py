@@ -227,7 +227,7 @@ class LocalExecutor(Executor):
             if not out_of_memory(exc):
                 raise
             failure = ProblemRunError(f"{pair.problem.origin}: too large for {self.settings.device} under the "
-                                      f"{runner.name} protocol: {str(exc).splitlines()[0][:200]}")
+                                      f"{runner.name} protocol: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}")
         if failure is not None:
             self._contexts[runner.name] = (pair.problem.hash, failure)
             self._return_device_memory(collect=True)

@@ -132,7 +132,8 @@ class Child:
         The clones are queued device work: a command that returns without a synchronise (a ghost
         replay whose first extension call raised) may still have them running, and unmapping under a
         running copy is an illegal memory access, charged to whatever runs next. So the device is
-        synchronised first; a device that faults here keeps its exports (the next command reports it)."""
+        synchronised first; a device that faults here keeps its exports, and the fault is reported by
+        the next command that touches the device."""
         if op == "alloc":
             return
         self.slots.clear()

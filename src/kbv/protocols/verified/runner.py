@@ -197,11 +197,14 @@ class VerifiedRunner:
                 right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed
             reply["ghost"] = "unchanged" if right else "changed"
             parent["ghost_truth"] = time.perf_counter() - t
-        child = reply.get("seconds") if isinstance(reply.get("seconds"), dict) else {}
-        reply["seconds"] = {**{f"child_{k}"[:40]: float(v) for k, v in list(child.items())[:8]  # the child's word
-                               if isinstance(v, (int, float))},
+        reply["seconds"] = {**_child_seconds(reply.get("seconds"), self.settings.timeout_s),
                             **{k: round(v, 4) for k, v in parent.items()}}
-        return attribute(reply, pair.candidate.code, self.settings.device_type)
+        try:
+            return attribute(reply, pair.candidate.code, self.settings.device_type)
+        except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:  # a forged reply
+            sb.kill()
+            raise ChildFailure(Status.CRASHED, f"malformed attribution reply: {type(exc).__name__}: {exc}"[:300],
+                               sb.evidence()) from None
 
     def _time(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> SpeedResult:
         def check(index: int, outputs: list[torch.Tensor]) -> str | None:
@@ -218,6 +221,19 @@ class VerifiedRunner:
         refs = iter(sb.put([x for s in sets for x in s], time_left(deadline)))
         handed = [[next(refs) for _ in s] for s in sets]
         return replayed_timing(sb.call({"op": "replay", "sets": handed}, time_left(deadline))["pairs"])
+
+
+def _child_seconds(said: Any, most: float) -> dict[str, float]:
+    """The child's own account of where attribution's seconds went: its word only, so at most 8
+    finite figures within the pair's time limit, under short names; anything else is dropped."""
+    if not isinstance(said, dict):
+        return {}
+    out = {}
+    for k, v in list(said.items())[:8]:
+        if isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                and 0.0 <= v <= most:  # NaN fails both comparisons; a huge int fails the second
+            out[f"child_{k}"[:40]] = round(float(v), 4)
+    return out
 
 
 def _min_dram_bytes(prepared: PreparedProblem, l2_bytes: int) -> int:
