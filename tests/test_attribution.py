@@ -75,39 +75,6 @@ def test_what_attribution_lacks_is_named():
 # -- what the child says about the profile ---------------------------------------------------------
 
 
-class _Event:
-    def __init__(self, name: str, device: bool, us: float = 0.0, kernels: tuple = ()) -> None:
-        import torch
-
-        self.name = name
-        self.device_type = torch.autograd.DeviceType.CUDA if device else torch.autograd.DeviceType.CPU
-        self.device_time = us
-        self.kernels = list(kernels)
-
-
-class _Kernel:
-    def __init__(self, name: str, duration: float) -> None:
-        self.name, self.duration = name, duration
-
-
-class _Profile:
-    def __init__(self, events: list[_Event]) -> None:
-        self.function_events = events
-
-
-def test_each_device_kernel_counts_once_though_its_aten_op_lists_it_too():
-    """PyTorch's profiler lists a kernel as a device event and again under the op that launched it;
-    a Triton or extension kernel has no such op. Counting both would halve the candidate's share."""
-    from kbv.sandbox.profiling import _device_kernels
-
-    prof = _Profile([_Event("aten::mm", False, kernels=(_Kernel("ampere_sgemm", 30.0),)),
-                     _Event("ampere_sgemm", True, 30.0), _Event("relu_kernel", True, 30.0)])
-    assert sorted((k["name"], k["us"]) for k in _device_kernels(prof)) == [("ampere_sgemm", 30.0),
-                                                                          ("relu_kernel", 30.0)]
-    older = _Profile([_Event("aten::mm", False, kernels=(_Kernel("ampere_sgemm", 30.0),))])
-    assert [k["name"] for k in _device_kernels(older)] == ["ampere_sgemm"]  # kernels only under their ops
-
-
 def test_the_childs_account_of_attributions_seconds_keeps_only_plausible_figures():
     from kbv.protocols.verified.runner import _child_seconds
 

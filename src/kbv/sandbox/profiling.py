@@ -49,17 +49,14 @@ def _device_kernels(prof: Any) -> list[dict[str, Any]]:
 
     kernels: list[dict[str, Any]] = []
     try:
-        events = list(prof.function_events)
-        for ev in events:
+        for ev in prof.function_events:
             if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
                 us = getattr(ev, "device_time", None)
                 if us is None:
                     us = getattr(ev, "cuda_time", 0.0)
                 kernels.append({"name": ev.name, "us": float(us or 0.0)})
-        if not kernels:  # older form: kernels hang off CPU events only (newer ones list them there too,
-            for ev in events:  # beside their own device events: counting both would count aten's twice)
-                for k in getattr(ev, "kernels", []) or []:
-                    kernels.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
+            for k in getattr(ev, "kernels", []) or []:  # older form: kernels hang off CPU events
+                kernels.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
     except Exception as exc:  # attribution then falls back to launch counts
         kernels.append({"name": f"<profiler failed: {type(exc).__name__}: {exc}>", "us": 0.0, "error": True})
     return kernels
