@@ -73,6 +73,37 @@ def test_directory_named_after_problems(tmp_path: Path, problems: list[Problem])
     assert str(root / "3_Linear" / "attempt_2.py") in origins
 
 
+def test_kernelbench_names_with_double_underscores_pair_with_the_longest_problem_name(tmp_path: Path) -> None:
+    """KernelBench's own names hold `__`; a label after the name is cut at a `__` too. The longest
+    problem name a candidate's name begins with wins, with or without a label or a level folder."""
+    long_name = "55_conv_standard_2D__asymmetric_input__square_kernel"
+    problems = load_problems(write_tree(tmp_path / "p", {
+        f"level1/{long_name}.py": RELU_PROBLEM,
+        "level1/55_conv_standard_2D.py": RELU_PROBLEM,  # a shorter name the long one begins with
+        "level2/7_Conv3d__ReLU.py": RELU_PROBLEM,
+        "level1/76_conv_1D_dilated__.py": RELU_PROBLEM,  # names may end in underscores too
+    }))
+    root = write_tree(tmp_path / "c", {
+        f"level1/{long_name}.py": HONEST_RELU,
+        f"{long_name}__sample_3.py": HONEST_RELU,
+        "55_conv_standard_2D__mine.py": HONEST_RELU,
+        "level2/7_Conv3d__ReLU__fast.py": HONEST_RELU,
+        "level2/7_Conv3d__Relu_x.py": HONEST_RELU,  # no such name: cut back to one that is not a problem
+        "level1/76_conv_1D_dilated__.py": HONEST_RELU,
+        "76_conv_1D_dilated____x.py": HONEST_RELU,
+    })
+    pairing = load_candidates(root, problems)
+    assert _paired(pairing) == {
+        f"level1/{long_name}": f"L1/{long_name}",
+        f"{long_name}__sample_3": f"L1/{long_name}",
+        "55_conv_standard_2D__mine": "L1/55_conv_standard_2D",
+        "level2/7_Conv3d__ReLU__fast": "L2/7_Conv3d__ReLU",
+        "level1/76_conv_1D_dilated__": "L1/76_conv_1D_dilated__",
+        "76_conv_1D_dilated____x": "L1/76_conv_1D_dilated__",
+    }
+    assert _unpaired(pairing)["level2/7_Conv3d__Relu_x"].startswith("no problem named 'L2/7_Conv3d'.")
+
+
 def test_kernelbench_run_directory(tmp_path: Path, problems: list[Problem]) -> None:
     root = write_tree(tmp_path, {
         "level_1_problem_19_sample_0_kernel.py": HONEST_RELU,

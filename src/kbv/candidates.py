@@ -3,7 +3,9 @@
 Accepted inputs:
 - one `.py` file (pairs with the single problem given, or by its name);
 - a directory of candidates named after their problems: `19_ReLU.py`, `19_ReLU__anything.py`,
-  `19_ReLU/anything.py`, optionally under `levelN/` folders;
+  `19_ReLU/anything.py`, optionally under `levelN/` folders. KernelBench's own names hold `__`
+  (`55_conv_standard_2D__asymmetric_input__square_kernel`): a name pairs with the longest problem
+  name it begins with, up to a `__`;
 - a KernelBench run directory: `level_{L}_problem_{P}_sample_{S}_kernel.py`;
 - JSONL: one object a line with `problem` and `code`, optionally `model`, `sample`, `status`.
 
@@ -135,12 +137,13 @@ def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]
     unpaired: list[Unpaired] = []
     names = sorted({p.name for p in problems} | {p.key for p in problems})
     for cand in candidates:
-        matches = _matches(cand.problem_ref, problems)
+        matches = _longest_matches(cand.problem_ref, problems)
         if len(matches) == 1:
             pairs.append(Pair(matches[0], cand))
         elif not matches:
-            hint = did_you_mean(_bare(cand.problem_ref), names)
-            unpaired.append(Unpaired(cand, f"no problem named '{cand.problem_ref}'.{hint}"))
+            ref = _shortest(cand.problem_ref)
+            hint = did_you_mean(_bare(ref), names)
+            unpaired.append(Unpaired(cand, f"no problem named '{ref}'.{hint}"))
         else:
             keys = ", ".join(p.key for p in matches)
             unpaired.append(Unpaired(cand, f"'{cand.problem_ref}' is ambiguous: {keys}"))
@@ -149,6 +152,28 @@ def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]
 
 def _bare(ref: str) -> str:
     return ref.split("/")[-1]
+
+
+def _prefixes(ref: str) -> list[str]:
+    """`ref` and its shorter forms, longest first, cut at each `__` of its name: 'L2/55_a__b__c'
+    gives 'L2/55_a__b__c', 'L2/55_a__b', 'L2/55_a'. A label after the problem's name is separated
+    by `__`, and so are words inside KernelBench's own names: the longest that names a problem wins."""
+    head, sep, name = ref.rpartition("/")
+    parts = name.split("__")
+    return list(dict.fromkeys(head + sep + "__".join(parts[:n]) for n in range(len(parts), 0, -1)))
+
+
+def _shortest(ref: str) -> str:
+    return _prefixes(ref)[-1]
+
+
+def _longest_matches(ref: str, problems: Sequence[Problem]) -> list[Problem]:
+    """The problems of the longest form of `ref` that names any (see `_prefixes`)."""
+    for form in _prefixes(ref):
+        matches = _matches(form, problems)
+        if matches:
+            return matches
+    return []
 
 
 def _matches(ref: str, problems: Sequence[Problem]) -> list[Problem]:
@@ -190,7 +215,7 @@ def _ref_from_path(path: Path, root: Path) -> tuple[str, int | None]:
         lm = _LEVEL_DIR_RE.match(part)
         if lm:
             level = int(lm.group(1))
-    ref = stem.split("__", 1)[0]
+    ref = stem  # 19_ReLU__label: pairing cuts the label off (`_longest_matches`)
     non_level = [p for p in parents if not _LEVEL_DIR_RE.match(p)]
     if non_level and "__" not in stem:
         ref = non_level[-1]  # 19_ReLU/anything.py
