@@ -4,14 +4,15 @@ bundled suite is clean; verdicts on a flagged problem carry the flag."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from kbv.api import EvalConfig, check_problems, evaluate
+from kbv.api import EvalConfig, check_problems, evaluate, load_report
 from kbv.cli import app
-from kbv.verdict import Category
+from kbv.verdict import Category, Status
 
 HEADER = "import torch\nimport torch.nn as nn\n"
 INPUTS = """
@@ -36,7 +37,7 @@ UNSOUND = {
 }
 EXPECTED = {
     "1_Copy": "identity passes on every distribution",
-    "2_Zeroed": "no distribution is applicable",
+    "2_Zeroed": "no input distribution applies",
     "3_IgnoresSecond": "the output does not depend on input 1",
     "4_Noisy": "nondeterministic reference",
 }
@@ -108,3 +109,65 @@ def test_a_problem_too_large_for_the_device_says_so(tmp_path):
     (tmp_path / "level1" / "9_Hungry.py").write_text(HUNGRY)
     [report] = check_problems(str(tmp_path), device="cpu", seed=5)
     assert len(report.flags) == 1 and report.flags[0].startswith("too large for this device"), report.flags
+
+
+BROKEN = HEADER + ("class Model(nn.Module):\n    def forward(self, x):\n        return torch.tanh(x)\n"
+                   "def get_inputs():\n    raise ValueError('the data file is missing')\n"
+                   "def get_init_inputs():\n    return []\n")
+
+
+def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_problem_is_stored(unsound_dir, tmp_path):
+    """No distribution applies (an all-zero output) or the reference is random (dropout): the verified
+    protocol can judge no candidate, so each gets a verdict of its own status, stored and reported in
+    every format, counted as not verified, and resumed like any other. A problem whose own code
+    fails has no verdict, but the failure is stored and `kbv report` shows it."""
+    problems = tmp_path / "problems" / "level1"
+    problems.mkdir(parents=True)
+    for name in ("2_Zeroed", "4_Noisy"):
+        (problems / f"{name}.py").write_text((unsound_dir / "level1" / f"{name}.py").read_text())
+    (problems / "5_Broken.py").write_text(BROKEN)
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    for name in ("2_Zeroed", "4_Noisy", "5_Broken"):
+        (cands / f"{name}__mine.py").write_text(HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                "        return x * 0 + 0.0\n")
+    run = tmp_path / "run"
+    config = EvalConfig(candidates=str(cands), problems=str(problems.parent), protocol="both", device="cpu",
+                        run_dir=str(run), cache_dir=str(tmp_path / "cache"), seed=5, timer_budget_s=1.0, ci_target=0.1)
+    result = evaluate(config)
+    verified = {v.problem: v for v in result.verdicts if v.protocol == "verified"}
+    assert set(verified) == {"L1/2_Zeroed", "L1/4_Noisy"}
+    assert [f.problem for f in result.problem_failures] == ["L1/5_Broken"]
+    zeroed, noisy = verified["L1/2_Zeroed"], verified["L1/4_Noisy"]
+    assert zeroed.status is Status.UNSOUND_PROBLEM and noisy.status is Status.UNSOUND_PROBLEM
+    assert "no input distribution applies" in zeroed.message and "reference output all zero" in zeroed.message
+    assert "nondeterministic reference" in noisy.message
+    assert zeroed.speedup is None and noisy.speedup is None
+    assert Category.UNSOUND_PROBLEM in zeroed.categories and Category.UNSOUND_PROBLEM in noisy.categories
+    assert {v.problem for v in result.verdicts if v.protocol == "standard"} == {"L1/2_Zeroed", "L1/4_Noisy"}
+
+    report = load_report(run)
+    verified_metrics = report.metrics["verified"]["all"]
+    assert verified_metrics.pairs == 2 and verified_metrics.passed == 0 and verified_metrics.correct_rate == 0.0
+    assert verified_metrics.statuses == {"unsound_problem": 2}
+    assert sorted((f["problem"], f["protocol"]) for f in report.problem_failures) == [
+        ("L1/5_Broken", "standard"), ("L1/5_Broken", "verified")]
+    assert "the data file is missing" in report.problem_failures[0]["message"]
+
+    runner = CliRunner()
+    table = runner.invoke(app, ["report", str(run)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert table.output.count("unsound_problem") >= 2 and "Problem failures" in table.output
+    assert "the data file is missing" in table.output
+    as_json = json.loads(runner.invoke(app, ["report", str(run), "--format", "json"]).output)
+    assert sorted(v["status"] for v in as_json["verdicts"] if v["protocol"] == "verified") == ["unsound_problem"] * 2
+    assert {f["problem"] for f in as_json["problem_failures"]} == {"L1/5_Broken"}
+    lines = runner.invoke(app, ["report", str(run), "--format", "jsonl"]).output.splitlines()
+    assert sum(json.loads(line)["status"] == "unsound_problem" for line in lines) == 2
+    html = runner.invoke(app, ["report", str(run), "--format", "html", "--out", str(tmp_path / "r.html")])
+    assert html.exit_code == 0, html.output
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("status-unsound_problem") == 2 and 'id="problem-failures"' in page
+
+    again = evaluate(config)  # the unsound verdicts are resumed; the failed problem is tried again
+    assert again.resumed == 4 and again.evaluated == 0 and len(again.problem_failures) == 1

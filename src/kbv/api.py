@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kbv.candidates import Pair, Unpaired, load_candidates
-from kbv.errors import ProblemError, UsageError
+from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.problems import load_problems, out_of_memory
@@ -83,6 +83,9 @@ class Report:
     verdicts: tuple[Verdict, ...]
     metrics: dict[str, dict[str, Metrics]]
     pass_at_k: dict[str, dict[str, float]] = field(default_factory=dict)
+    # problems whose own code failed under a protocol, with no verdict since: {problem, problem_hash,
+    # protocol, message, created_at}
+    problem_failures: tuple[dict[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,10 +93,12 @@ class Report:
             "verdicts": [v.to_dict() for v in self.verdicts],
             "metrics": {p: {g: asdict(m) for g, m in groups.items()} for p, groups in self.metrics.items()},
             "pass_at_k": self.pass_at_k,
+            "problem_failures": list(self.problem_failures),
         }
 
 
-ProgressFn = Callable[[int, int, Verdict | None], None]  # (done, total, verdict just finished)
+# (done, total, what just finished: a verdict, a pair whose problem failed, or None at the start)
+ProgressFn = Callable[[int, int, "Verdict | ProblemFailure | None"], None]
 
 
 def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
@@ -140,7 +145,8 @@ def load_report(run_dir: str | Path) -> Report:
     """Every verdict of a run with its metrics. Raises StoreError when there is no run."""
     with open_store(Path(run_dir), create=False) as store:
         verdicts = _latest(store.verdicts())
-    return Report(Path(run_dir), verdicts, metrics_by_group(verdicts), pass_at_k_by_model(verdicts))
+        failures = tuple(store.problem_failures())
+    return Report(Path(run_dir), verdicts, metrics_by_group(verdicts), pass_at_k_by_model(verdicts), failures)
 
 
 def _latest(verdicts: list[Verdict]) -> tuple[Verdict, ...]:
@@ -335,11 +341,14 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
         try:
             verdict = fut.result()
         except ProblemError as exc:
-            failures.setdefault(job.pair.problem.key, ProblemFailure(job.pair.problem.key, str(exc)))
-            verdict = None
-        else:
-            store.put_verdict(job.key, verdict)
-            stored += 1
+            problem = job.pair.problem
+            failure = failures.setdefault(problem.key, ProblemFailure(problem.key, str(exc)))
+            store.put_problem_failure(problem.key, problem.hash, job.protocol, str(exc))
+            if progress:
+                progress(done, total, failure)
+            continue
+        store.put_verdict(job.key, verdict)
+        stored += 1
         if progress:
             progress(done, total, verdict)
     return stored, failures
@@ -372,6 +381,8 @@ def check_problems(spec: str, device: str = "auto", seed: int | None = None,
         try:
             prepared = prepare_trials(problem, protocol, dev, secret)
             reports.append(check_problem(prepared, protocol))
+        except UnsoundProblemError as exc:  # runs, but no candidate can be judged
+            reports.append(SoundnessReport(problem.key, {}, {}, (str(exc),)))
         except ProblemError as exc:
             reports.append(SoundnessReport(problem.key, {}, {}, (f"cannot run: {exc}",)))
         except Exception as exc:

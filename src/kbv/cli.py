@@ -179,7 +179,7 @@ def report_command(
 
 
 def _render_report(loaded: Any, output: str, by: str) -> None:
-    from kbv.report import leaderboard_table, metrics_table, pass_at_k_table, verdict_table
+    from kbv.report import leaderboard_table, metrics_table, pass_at_k_table, problem_failures_table, verdict_table
     from kbv.report.leaderboard import leaderboard
 
     reports = [run.report for run in loaded.runs]
@@ -196,6 +196,9 @@ def _render_report(loaded: Any, output: str, by: str) -> None:
         out.print(verdict_table(loaded.verdicts))
         out.print(metrics_table(metrics))
         _print_hacks(metrics)
+        failures = problem_failures_table(loaded.problem_failures())
+        if failures is not None:
+            out.print(failures)
         for report in reports:
             if report.pass_at_k:
                 out.print(pass_at_k_table(report.pass_at_k))
@@ -276,15 +279,25 @@ def _progress(output: str = "table") -> Iterator[Callable[[int, int, Any], None]
         task = bar.add_task("evaluating", total=None)
 
         def update(done: int, total: int, verdict: Any) -> None:
-            desc = f"{verdict.problem} {verdict.status.value}" if verdict is not None else "evaluating"
+            from kbv.api import ProblemFailure
+
+            desc = "evaluating" if verdict is None else f"{verdict.problem} problem failed" \
+                if isinstance(verdict, ProblemFailure) else f"{verdict.problem} {verdict.status.value}"
             bar.update(task, completed=done, total=total, description=desc[:50])
 
         yield update
 
 
 def _progress_line(stream: Any, done: int, total: int, verdict: Any) -> None:
-    """`[done/total] problem candidate protocol status speedup wall` for a verdict just stored."""
+    """`[done/total] problem candidate protocol status speedup wall` for a verdict just stored;
+    `[done/total] problem: problem failed: why` for a pair whose problem failed."""
+    from kbv.api import ProblemFailure
+
     if verdict is None:
+        return
+    if isinstance(verdict, ProblemFailure):  # the pair has no verdict
+        stream.write(f"[{done}/{total}] {verdict.problem}: problem failed: {verdict.message[:300]}\n")
+        stream.flush()
         return
     from kbv.report.format import format_speedup
 

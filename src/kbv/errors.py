@@ -7,7 +7,9 @@ A bad candidate is data (a verdict), never an exception: these are raised only f
     ├── UsageError                 an option or argument that cannot be honoured
     ├── ProblemError               a problem file that cannot be used (names the file)
     │   ├── ProblemLoadError       syntax error, missing Model/get_inputs/get_init_inputs, import failure
-    │   └── ProblemRunError        get_inputs()/get_init_inputs()/Model(...) raised or returned junk
+    │   ├── ProblemRunError        get_inputs()/get_init_inputs()/Model(...) raised or returned junk
+    │   └── UnsoundProblemError    the verified protocol cannot judge it (no input distribution applies);
+    │                              its runner turns this into an `unsound_problem` verdict per candidate
     ├── CandidateSourceError       a candidate file/dir/JSONL that cannot be read or paired at all
     ├── StoreError                 the results database is unreadable or belongs to another schema
     └── HarnessError               kbv itself failed (never a candidate's fault)
@@ -38,6 +40,11 @@ class ProblemLoadError(ProblemError):
 
 class ProblemRunError(ProblemError):
     """The problem's own code raised (get_inputs, get_init_inputs, Model construction or forward)."""
+
+
+class UnsoundProblemError(ProblemError):
+    """The problem runs, but no candidate of it can be judged: on every input distribution the
+    reference's output is degenerate (all zero, constant, not finite)."""
 
 
 class CandidateSourceError(KbvError):

@@ -32,6 +32,9 @@ CREATE TABLE IF NOT EXISTS verdicts (
     level INTEGER, candidate TEXT NOT NULL, candidate_hash TEXT NOT NULL, model TEXT, sample INTEGER,
     protocol TEXT NOT NULL, protocol_version TEXT NOT NULL, status TEXT NOT NULL, speedup REAL,
     created_at TEXT NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS problem_failures (
+    problem_hash TEXT NOT NULL, protocol TEXT NOT NULL, problem TEXT NOT NULL, message TEXT NOT NULL,
+    created_at TEXT NOT NULL, PRIMARY KEY (problem_hash, protocol));
 CREATE TABLE IF NOT EXISTS baselines (
     key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL,
     data TEXT NOT NULL);
@@ -75,14 +78,34 @@ class Store:
             return {r[0] for r in self._db.execute("SELECT key FROM verdicts")}
 
     def put_verdict(self, key: str, verdict: Verdict) -> None:
+        """Store `verdict` under `key`; a failure of its problem under its protocol stored earlier
+        is over (the problem ran this time)."""
         data = json.dumps(verdict.to_dict())
-        with self._lock:
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
             seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM verdicts").fetchone()[0]
             self._db.execute(
                 "INSERT OR REPLACE INTO verdicts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (key, seq, verdict.problem, verdict.problem_hash, verdict.level, verdict.candidate,
                  verdict.candidate_hash, verdict.model, verdict.sample, verdict.protocol,
                  verdict.protocol_version, verdict.status.value, verdict.speedup, _now(), data))
+            self._db.execute("DELETE FROM problem_failures WHERE problem_hash=? AND protocol=?",
+                             (verdict.problem_hash, verdict.protocol))
+
+    # -- problem failures -----------------------------------------------------------------------
+    def put_problem_failure(self, problem: str, problem_hash: str, protocol: str, message: str) -> None:
+        """A problem whose own code failed (or that did not fit the device) under `protocol`: its pairs
+        have no verdict, and a resumed run tries them again. The latest failure of each is kept."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO problem_failures VALUES (?,?,?,?,?)",
+                             (problem_hash, protocol, problem, message, _now()))
+
+    def problem_failures(self) -> list[dict[str, str]]:
+        """Every problem failure not yet followed by a verdict, in the order they happened."""
+        with self._lock:
+            rows = self._db.execute("SELECT problem, problem_hash, protocol, message, created_at "
+                                    "FROM problem_failures ORDER BY rowid").fetchall()
+        return [dict(zip(("problem", "problem_hash", "protocol", "message", "created_at"), r)) for r in rows]
 
     def verdicts(self, keys: Iterable[str] | None = None) -> list[Verdict]:
         """Verdicts in the order they were written (all of them, or those of `keys`)."""

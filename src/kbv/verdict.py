@@ -31,6 +31,9 @@ class Status(str, enum.Enum):
     HACK = "hack"
     NO_CUSTOM_KERNEL = "no_custom_kernel"
     SKIPPED = "skipped"  # cannot be evaluated on this device (a CUDA kernel on --device cpu)
+    # the verified protocol cannot judge any candidate of the problem (no input distribution applies,
+    # a nondeterministic reference): the candidate never ran, and it counts as not verified
+    UNSOUND_PROBLEM = "unsound_problem"
 
     @property
     def passed(self) -> bool:

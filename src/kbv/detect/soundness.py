@@ -74,17 +74,30 @@ def _passes(outputs: list[torch.Tensor], trial: TrialData, protocol: VerifiedPro
     return judge_outputs(outputs, ev.truth, ev.baseline_err, protocol.tolerance).passed
 
 
-def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol,
-                  sensitivity: bool = False) -> tuple[list[str], list[str]]:
-    """(flags, notes). A trivial candidate that passes on EVERY applicable distribution would be
-    verified: that flags the problem. Passing on some distributions only is a note (the hidden ones
-    catch it: ReLU's identity passes on its own all-positive inputs, by construction). An output
-    that does not depend on its inputs, or a nondeterministic reference, on any distribution, flags."""
+@dataclass(frozen=True)
+class Screen:
+    """What the screen found. `unjudgeable`: the flags under which no verdict of the verified
+    protocol means anything (a nondeterministic reference: its truth is one draw of a random
+    function, and the baseline's own error, which sets the tolerance, is that randomness); a
+    problem with one is `unsound_problem` for every candidate."""
+
+    flags: tuple[str, ...]
+    notes: tuple[str, ...]
+    unjudgeable: tuple[str, ...] = ()
+
+
+def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity: bool = False) -> Screen:
+    """A trivial candidate that passes on EVERY applicable distribution would be verified: that
+    flags the problem. Passing on some distributions only is a note (the hidden ones catch it:
+    ReLU's identity passes on its own all-positive inputs, by construction). An output that does
+    not depend on its inputs, or a nondeterministic reference, on any distribution, flags; the
+    latter makes the problem unjudgeable."""
     by_dist: dict[str, list[TrialData]] = {}
     for t in ctx.trials:
         by_dist.setdefault(t.distribution, []).append(t)
     passes: dict[str, list[str]] = {}
     flags: list[str] = []
+    unjudgeable: list[str] = []
     for dist, trials in by_dist.items():
         first = trials[0]
         for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
@@ -97,7 +110,8 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol,
         drift = max((measure_error(b.double(), a).worst for a, b in zip(again, first.evaluation.baseline)),
                     default=0.0)
         if drift > NONDETERMINISM_LIMIT or not _passes(again, first, protocol):
-            flags.append(f"nondeterministic reference on {dist} (two runs differ by {drift:.1e})")
+            unjudgeable.append(f"nondeterministic reference on {dist} (two runs differ by {drift:.1e})")
+            flags.append(unjudgeable[-1])
         if len(trials) > 1:
             other = ctx.reference.baseline_outputs(model, trials[1].inputs)
             if _same_shapes(other, first) and _passes(other, first, protocol):
@@ -112,7 +126,7 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol,
             flags.append(f"{name} passes on every distribution")
         else:
             notes.append(f"{name} passes on {', '.join(dists)} only")
-    return flags, notes
+    return Screen(tuple(flags), tuple(notes), tuple(unjudgeable))
 
 
 def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, second: TrialData,
@@ -135,6 +149,6 @@ def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
 
 def check_problem(ctx: PreparedProblem, protocol: VerifiedProtocol) -> SoundnessReport:
     """The full screen of `kbv problems check` (with the per-input sensitivity test)."""
-    flags, notes = screen_trials(ctx, protocol, sensitivity=True)
+    found = screen_trials(ctx, protocol, sensitivity=True)
     return SoundnessReport(ctx.problem.key, dict(ctx.calibration.variants), dict(ctx.calibration.notes),
-                           tuple(flags), tuple(notes))
+                           found.flags, found.notes)

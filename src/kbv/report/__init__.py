@@ -6,6 +6,14 @@ extra), `markup`, `details` and `html` (the page), `sources` and `runs` (reading
 `publish` (writing a report file).
 """
 
-from kbv.report.tables import hacks_table, leaderboard_table, metrics_table, pass_at_k_table, verdict_table
+from kbv.report.tables import (
+    hacks_table,
+    leaderboard_table,
+    metrics_table,
+    pass_at_k_table,
+    problem_failures_table,
+    verdict_table,
+)
 
-__all__ = ["hacks_table", "leaderboard_table", "metrics_table", "pass_at_k_table", "verdict_table"]
+__all__ = ["hacks_table", "leaderboard_table", "metrics_table", "pass_at_k_table", "problem_failures_table",
+           "verdict_table"]

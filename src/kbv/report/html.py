@@ -41,7 +41,7 @@ def render_html(runs: RunSet, plots: Sequence[Plot], generated_at: str) -> str:
     header = element("header", element("h1", text("kbv report")),
                      element("p", text(f"{len(verdicts)} verdicts from {names}; written {generated_at}")))
     body = [header, _summary(metrics), _leaderboard(leaderboard(verdicts)), _plots(plots),
-            _pairs(runs), _provenance(verdicts)]
+            _pairs(runs), *_problem_failures(runs), _provenance(verdicts)]
     head = element("head", '<meta charset="utf-8">',
                    '<meta name="viewport" content="width=device-width, initial-scale=1">',
                    element("title", text(f"kbv report: {names}")), element("style", _asset("report.css")))
@@ -174,6 +174,20 @@ def _sortable(headers: Sequence[str], bodies: Sequence[Markup], table_id: str) -
     head = element("thead", element("tr", *(element("th", element("button", text(h), type="button"),
                                                     scope="col", aria_sort="none") for h in headers)))
     return element("table", head, *bodies, class_="sortable", id=table_id)
+
+
+# -- problem failures --------------------------------------------------------------------------
+
+def _problem_failures(runs: RunSet) -> list[Markup]:
+    """The section of problems whose own code failed (none when every problem ran)."""
+    failures = runs.problem_failures()
+    if not failures:
+        return []
+    rows = [[text(f["problem"]), text(f["protocol"]), text(f["message"]), text(run)] for run, f in failures]
+    note = element("p", text("These problems' pairs have no verdict: the problem's own code failed. "
+                             "A resumed run tries them again."))
+    return [_section("problem-failures", "Problem failures", note,
+                     table(("problem", "protocol", "why", "run"), rows, class_="problem-failures"))]
 
 
 # -- provenance --------------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class RunSet:
         """(run directory, verdict with its model label), in order."""
         return [(str(run.path), v) for run in self.runs for v in run.verdicts]
 
+    def problem_failures(self) -> list[tuple[str, dict[str, str]]]:
+        """(run directory, failure) for every problem failure still standing, in order."""
+        return [(str(run.path), f) for run in self.runs for f in run.report.problem_failures]
+
     def stored(self) -> list[tuple[str, Verdict]]:
         """(run directory, verdict as stored, `model` None where none was recorded), in order."""
         return [(str(run.path), v) for run in self.runs for v in run.report.verdicts]

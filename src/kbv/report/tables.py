@@ -183,6 +183,16 @@ def hacks_table(metrics: dict[str, dict[str, Metrics]]) -> FittedTable | None:
     return FittedTable("Hacks by category", (Col("protocol"), Col("category"), Col("verdicts", "right")), rows)
 
 
+def problem_failures_table(failures: Sequence[tuple[str, dict[str, str]]]) -> FittedTable | None:
+    """Problems whose own code failed, per protocol, with why (None when there are none): their pairs
+    have no verdict, and a resumed run tries them again."""
+    if not failures:
+        return None
+    rows = tuple((Text(f["problem"]), f["protocol"], Text(f["message"])) for _, f in failures)
+    return FittedTable("Problem failures (no verdict: the problem's own code failed)",
+                       (Col("problem", wraps=True), Col("protocol"), Col("why", wraps=True)), rows)
+
+
 def leaderboard_table(rows: Sequence[LeaderboardRow]) -> FittedTable:
     """One row per model: pairs, correct rate and fast_1 under each protocol, both geomeans, the share
     of verified passes raising peak memory, hacks caught."""

@@ -20,7 +20,7 @@ import torch
 
 from kbv.distributions import Calibration, calibrate, draw_inputs, trial_seed
 from kbv.inputs import tensor_bytes
-from kbv.errors import ProblemRunError
+from kbv.errors import ProblemRunError, UnsoundProblemError
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols.verified.rules import BASELINES, KEEP_BUDGET_BYTES, VerifiedProtocol
 from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
@@ -88,6 +88,7 @@ class PreparedProblem:
     secret: bytes
     flags: tuple[str, ...] = ()
     screen_notes: tuple[str, ...] = ()
+    unjudgeable: tuple[str, ...] = ()  # flags under which no verdict means anything (see `screen`)
     # timing (prepare_timing)
     pool: list[list[Any]] = field(default_factory=list)  # timing input sets (device tensors)
     pool_distributions: list[str] = field(default_factory=list)
@@ -142,7 +143,8 @@ def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.d
     trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
               for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
     if not trials:
-        raise ProblemRunError(f"{problem.origin}: no distribution is applicable: {calibration.notes}")
+        why = "; ".join(f"{d}: {n.removeprefix('not applicable: ')}" for d, n in calibration.notes.items())
+        raise UnsoundProblemError(f"{problem.origin}: no input distribution applies ({why})")
     _keep_if_small(trials, device)
     return PreparedProblem(problem, module, init_inputs, calibration, trials, reference, secret)
 
@@ -175,8 +177,24 @@ def screen(prepared: PreparedProblem, protocol: VerifiedProtocol) -> None:
     """The soundness screen: the problem's flags and notes, carried by every verdict of it."""
     from kbv.detect.soundness import screen_trials
 
-    flags, notes = screen_trials(prepared, protocol)
-    prepared.flags, prepared.screen_notes = tuple(flags), tuple(notes)
+    found = screen_trials(prepared, protocol)
+    prepared.flags, prepared.screen_notes, prepared.unjudgeable = found.flags, found.notes, found.unjudgeable
+
+
+@dataclass(frozen=True)
+class UnsoundProblem:
+    """A problem no candidate of which the verified protocol can judge: `reason` says why (no input
+    distribution applies, a nondeterministic reference). It stands in for the `PreparedProblem`:
+    every candidate of it gets an `unsound_problem` verdict, stored like any other, with no speedup."""
+
+    reason: str
+    flags: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    calibration: dict[str, str | None] = field(default_factory=dict)
+    calibration_notes: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Nothing is held."""
 
 
 def spawn_baselines(problem: Problem, names: tuple[str, ...], settings: Settings) -> tuple[ExitStack, dict[str, Sandbox]]:

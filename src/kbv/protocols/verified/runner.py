@@ -32,8 +32,10 @@ from kbv.detect.speed import impossible_speed
 from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
+from kbv.errors import UnsoundProblemError
 from kbv.protocols.verified.prepare import (
     PreparedProblem,
+    UnsoundProblem,
     memory_stats,
     prepare_timing,
     prepare_trials,
@@ -93,17 +95,27 @@ class VerifiedRunner:
         return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8]
 
     # -- 1. prepare ------------------------------------------------------------------------------
-    def prepare(self, pair: Pair) -> PreparedProblem:
+    def prepare(self, pair: Pair) -> PreparedProblem | UnsoundProblem:
+        """The problem prepared for its candidates, or an `UnsoundProblem` when none of them can be
+        judged (each then gets an `unsound_problem` verdict). Raises ProblemError."""
         with stage("prepare"):
             stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
             try:
                 prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret)
+            except UnsoundProblemError as exc:
+                stack.close()
+                return UnsoundProblem(str(exc), flags=(str(exc),))
             except BaseException:
                 stack.close()
                 raise
             prepared.stack.enter_context(stack)
             try:
                 screen(prepared, self.protocol)
+                if prepared.unjudgeable:
+                    prepared.close()
+                    return UnsoundProblem(f"{pair.problem.origin}: {'; '.join(prepared.unjudgeable)}",
+                                          prepared.flags, prepared.screen_notes, dict(prepared.calibration.variants),
+                                          dict(prepared.calibration.notes))
                 prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
                 with stage("timing"):
                     self._measure_copy_bandwidth(prepared)
@@ -112,7 +124,7 @@ class VerifiedRunner:
                 raise
         return prepared
 
-    def release(self, prepared: PreparedProblem) -> None:
+    def release(self, prepared: PreparedProblem | UnsoundProblem) -> None:
         prepared.close()
 
     def _measure_copy_bandwidth(self, prepared: PreparedProblem) -> None:
@@ -129,10 +141,12 @@ class VerifiedRunner:
         return blank_verdict(pair, self.protocol, self.settings.provenance)
 
     # -- 2-6. one candidate ----------------------------------------------------------------------
-    def evaluate(self, pair: Pair, prepared: PreparedProblem, build: Build, sb: Sandbox) -> Verdict:
+    def evaluate(self, pair: Pair, prepared: PreparedProblem | UnsoundProblem, build: Build, sb: Sandbox) -> Verdict:
         t0 = time.monotonic()
         from kbv.scan import scan_source
 
+        if isinstance(prepared, UnsoundProblem):
+            return self._unsound(pair, prepared, build, t0)
         base = replace(self.blank(pair), flags=prepared.flags, findings=tuple(scan_source(pair.candidate.code)),
                        evidence={"calibration": prepared.calibration.variants,
                                  "calibration_notes": prepared.calibration.notes,
@@ -147,6 +161,19 @@ class VerifiedRunner:
                 records.failure = failure
         return finish_verdict(base, t0, **judge(records, prepared, self.protocol, self.settings, self.copy_gbps,
                                                 base.evidence))
+
+    def _unsound(self, pair: Pair, unsound: UnsoundProblem, build: Build, t0: float) -> Verdict:
+        """A candidate of a problem no verdict can judge: `unsound_problem` (a build that failed keeps
+        its own status), the screen's reason as the message, no speedup. Its code never runs."""
+        from kbv.scan import scan_source
+
+        base = replace(self.blank(pair), flags=unsound.flags, findings=tuple(scan_source(pair.candidate.code)),
+                       evidence={"calibration": unsound.calibration, "calibration_notes": unsound.calibration_notes,
+                                 "problem_notes": list(unsound.notes)})
+        if build.status is not None:
+            return finish_verdict(base, t0, status=build.status, message=build.message,
+                                  evidence={**base.evidence, **build.evidence})
+        return finish_verdict(base, t0, status=Status.UNSOUND_PROBLEM, message=unsound.reason[:400])
 
     def _run(self, sb: Sandbox, prepared: PreparedProblem, pair: Pair, build: Build, records: Records,
              deadline: float) -> None:
