@@ -31,6 +31,17 @@ def test_output_metadata_and_before_after_comparisons_name_their_categories():
     }
 
 
+def test_a_buffer_the_reference_also_changes_is_not_a_finding_and_any_other_is():
+    """BatchNorm in training mode: the reference's own call updates its running statistics, so a
+    candidate that does the same does its job; a parameter the reference leaves alone still counts."""
+    reply = {"outputs": [PLAIN], "integrity": {"params_mutated": ["bn.running_mean", "bn.running_var"]}}
+    assert integrity_evidence(reply, reference_mutates=("bn.running_mean", "bn.running_var")) == {}
+    reply["integrity"]["params_mutated"].append("conv.weight")
+    assert integrity_evidence(reply, reference_mutates=("bn.running_mean", "bn.running_var")) == {
+        Category.PARAMETER_MUTATED.value: "parameter(s) conv.weight changed by the call"}
+    assert Category.PARAMETER_MUTATED.value in integrity_evidence(reply)  # a reference that changes nothing
+
+
 def test_python_threads_left_running_are_injection_from_the_first_call():
     found = guard_evidence({"threads": [[1, 4], [2, 5]], "calls": 1})
     assert found == {Category.THREAD_INJECTION.value: "1 Python thread(s) still running after the call"}

@@ -25,6 +25,9 @@ class Evaluation:
     baseline: list[torch.Tensor]  # the model in its own dtype under the protocol's precision policy
     baseline_err: list[ErrorMeasure]
     exact: bool  # truth came from float64
+    # the state_dict entries the reference's own forward changes (BatchNorm's running statistics in
+    # training mode, which KernelBench never leaves): a candidate that changes them too does its job
+    mutates: tuple[str, ...] = ()
 
 
 class Reference:

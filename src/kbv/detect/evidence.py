@@ -8,17 +8,21 @@ evidence of what was done, not proof of what was not.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kbv.verdict import Category
 
 
-def integrity_evidence(reply: dict[str, Any]) -> dict[str, str]:
+def integrity_evidence(reply: dict[str, Any], reference_mutates: Collection[str] = ()) -> dict[str, str]:
     """Integrity violations (category value -> evidence) in a checked forward's reply: the outputs'
-    own metadata and the child's before/after comparisons of inputs and parameters."""
+    own metadata and the child's before/after comparisons of inputs and parameters. A parameter or
+    buffer in `reference_mutates` (state_dict keys the reference's own call changes on the same
+    inputs: BatchNorm's running statistics in training mode) may change: it is not a finding."""
     found: dict[str, str] = {}
-    report = reply.get("integrity") or {}
+    report = dict(reply.get("integrity") or {})
+    if report.get("params_mutated"):
+        report["params_mutated"] = [n for n in report["params_mutated"] if n not in set(reference_mutates)]
     for meta in reply.get("outputs", []):
         if meta.get("tensor") and not meta.get("exact_type"):
             found.setdefault(Category.NOT_A_TENSOR.value, f"the output is a {meta['type']}, not a torch.Tensor")

@@ -193,8 +193,11 @@ class Child:
         if cmd["source"] == "candidate":  # what it holds beyond its weights (kbv.sandbox.retained)
             from kbv.sandbox.retained import find_retained
 
+            # the harness's own tensors are not the candidate's: among them the views of the export
+            # the state dict came through, alive until this command ends (the weights, on CUDA)
             reply["retained"] = find_retained(sys.modules.get("kbv_candidate"), model,
-                                              [self.kept, self.pool, self.flush])
+                                              [self.kept, self.pool, self.flush, self.previous_inputs,
+                                               list(self.slots.values())])
             if self.calls == 0:  # before any call: its own launches were all at import and construction
                 reply["retained"]["launches"] = dict(self.guards.launches)
             if mark is not None:  # the driver's view of import and construction (kbv.sandbox.devicewatch)

@@ -159,9 +159,22 @@ def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
         model = reference.build(weight_seed)
         state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                  if isinstance(model, torch.nn.Module) else {})
-        return inputs, state, reference.evaluate(model, inputs)
+        ev = reference.evaluate(model, inputs)
+        ev.mutates = _changed_state(state, model)
+        return inputs, state, ev
 
     return TrialData(dist, index, weight_seed, make)
+
+
+def _changed_state(before: dict[str, torch.Tensor], model: Any) -> tuple[str, ...]:
+    """The state_dict keys whose values `model`'s calls changed since `before` was taken."""
+    from kbv.sandbox.integrity import changed
+
+    if not before or not isinstance(model, torch.nn.Module):
+        return ()
+    after = model.state_dict()
+    keys = [k for k in before if k in after]
+    return tuple(keys[i] for i in changed([before[k] for k in keys], [after[k] for k in keys]))
 
 
 def _keep_if_small(trials: list[TrialData], device: torch.device) -> None:
