@@ -5,7 +5,11 @@
 (b) the eager-tf32 baseline's median under kbv's timer against `triton.testing.do_bench` (median, its
     own L2 flush) in this process on the same problem;
 (c) the TF32 effect: a Triton `tl.dot` matmul (TF32 by default) against eager-fp32 and eager-tf32;
-(d) the timer's wall time per pair.
+(d) the timer's wall time per pair;
+(e) what each part of the timed window adds (GPU): the eager-tf32 reference timed in this process by
+    kbv's window as it is (the flush overlapping the host's launch of the call, the synchronise's own
+    cost left out), with the flush synchronised before the window, with the synchronise's cost kept
+    in, and with both (the window before this was measured), each against do_bench's median.
 
     PYTHONPATH=src python3 bench/timing_fidelity.py [--problems full] [--budget 10]
 """
@@ -78,6 +82,40 @@ def do_bench_ms(problem, device: str) -> float | None:
         return float(triton.testing.do_bench(lambda: model(*inputs), warmup=200, rep=500, return_mode="median"))
 
 
+WINDOWS = {  # name -> (flush overlaps the launch, the synchronise's own cost left out)
+    "kbv": (True, True),
+    "flush synced": (False, True),
+    "sync kept": (True, False),
+    "before": (False, False),
+}
+
+
+def window_parts(problem, device: str, calls: int = 200) -> dict | None:
+    """Median ms of the reference under each window of WINDOWS, and do_bench's, in this process."""
+    if device == "cpu":
+        return None
+    from kbv.sandbox.timers import Clock, measure_sync_cost, time_block
+
+    module = instantiate_problem(problem)
+    torch.manual_seed(1)
+    model = module.Model(*module.get_init_inputs()).to(device)
+    pool = [draw_inputs(module, VARIANTS["default"][0], 200 + k, torch.device(device)) for k in range(2)]
+    flush = torch.empty(2 * torch.cuda.get_device_properties(0).L2_cache_size // 4, dtype=torch.int32, device=device)
+    clock = Clock(torch.device(device))
+    out = {}
+    with precision_policy("tf32"), torch.no_grad():
+        for args in pool * 5:
+            model(*args)
+        cost = measure_sync_cost(clock)
+        out["sync_us"] = cost.typical * 1e3
+        for name, (overlap, subtract) in WINDOWS.items():
+            block = time_block(clock, model, pool, 0, calls, flush, sync_cost=cost if subtract else None,
+                               overlap_flush=overlap)
+            out[name] = statistics.median(block.device_ms)
+    out["do_bench"] = do_bench_ms(problem, device)
+    return out
+
+
 def tf32_effect(suite: str, device: str, root: Path, budget: float) -> dict:
     cands = root / "tf32"
     cands.mkdir(exist_ok=True)
@@ -108,6 +146,7 @@ def main() -> int:
         for key in args.only.split(","):
             row = repeatability(problems[key], device, config, root)
             row["do_bench_ms"] = do_bench_ms(problems[key], device)
+            row["window"] = window_parts(problems[key], device)
             rows.append(row)
             print(f"  {key}: base {row['base_ms']:.4f} ms, do_bench {row['do_bench_ms']}, speedups "
                   f"{row['s1']:.4f} / {row['s2']:.4f}, timer {row['timer_s']:.1f} s", flush=True)
@@ -125,6 +164,19 @@ def main() -> int:
         print(f"median |diff| for kernels above 50 us: {statistics.median(big):.2f} %  (goal < 1 %)")
     print("\n(c) TF32 effect: a Triton tl.dot matmul (TF32) on L1/1_Matmul")
     print(f"  verdict {tf32['status']}: speedup vs eager-fp32 {tf32['vs_fp32']}, vs eager-tf32 {tf32['vs_tf32']}")
+    windows = [r for r in rows if r.get("window")]
+    if windows:
+        print("\n(e) the window's parts: the reference's median ms in this process, and its ratio to do_bench")
+        print(f"{'problem':28} {'do_bench':>9} {'sync us':>7} " + " ".join(f"{n:>19}" for n in WINDOWS))
+        for r in windows:
+            w = r["window"]
+            cells = " ".join(f"{w[n]:9.4f} ({w[n] / w['do_bench']:6.3f}x)" for n in WINDOWS)
+            print(f"{r['problem']:28} {w['do_bench']:9.4f} {w['sync_us']:7.1f} {cells}")
+        big = [r for r in windows if r["window"]["do_bench"] >= 0.05]
+        if big:
+            worst = max(abs(r["base_ms"] / r["window"]["do_bench"] - 1) for r in big)
+            print(f"the verified baseline (a) against do_bench, kernels of 50 us or more: worst {worst * 100:.1f} % "
+                  "(goal <= 2 %)")
     return 0
 
 

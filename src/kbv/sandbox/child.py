@@ -59,6 +59,7 @@ class Child:
         self.previous_inputs: list[Any] = []  # the last call's inputs (see `_inputs`)
         self.pool: list[list[Any]] = []
         self.flush: Any = None
+        self.sync_cost: Any = None  # the timed window's synchronise, by itself (kbv.sandbox.timers.SyncCost)
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
         self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
         self.source = ""  # "candidate" or "reference", from the first load
@@ -437,11 +438,17 @@ class Child:
         return {"sets": len(self.pool)}
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        from kbv.sandbox.timers import warm_up
+        """Warm up by time; then, on a GPU, measure what the timed window's synchronise costs by itself
+        (anew before each timing: the device is quiet then)."""
+        from kbv.sandbox.timers import measure_sync_cost, warm_up
 
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
-        return {"calls": calls}
+        reply: dict[str, Any] = {"calls": calls}
+        if self.clock.cuda:
+            self.sync_cost = measure_sync_cost(self.clock)
+            reply["sync_cost_ms"] = [self.sync_cost.typical, self.sync_cost.high]
+        return reply
 
     def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
@@ -459,7 +466,7 @@ class Child:
         self.guards.phase = "timing"
         with self.torch.no_grad():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
-                               self.flush, keep)
+                               self.flush, keep, self.sync_cost)
         self.guards.phase = "harness"
         from kbv.sandbox.guards import is_timer
 
@@ -477,7 +484,8 @@ class Child:
         with self.torch.no_grad():
             for inputs in cmd["sets"]:
                 args = [self._arg(a) for a in inputs]
-                pairs.append(time_block(self.clock, self.model, [args], 0, 2, self.flush).device_ms)
+                pairs.append(time_block(self.clock, self.model, [args], 0, 2, self.flush,
+                                        sync_cost=self.sync_cost).device_ms)
         self.guards.phase = "harness"
         return {"pairs": pairs}
 
