@@ -76,6 +76,25 @@ for s in "$@"; do
       --out "$OUT/${SCALE_NAME:-scale}.json" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
+    probe) step probe 30 bash -c 'nproc; id; unshare -Ur true && echo "user namespaces: yes" || echo "user namespaces: no";
+        for d in .dev/*.deb; do [ -f "$d" ] && dpkg -x "$d" /tmp/debroot; done;
+        ls /tmp/debroot/usr/bin 2>/dev/null; /tmp/debroot/usr/bin/bwrap --version 2>&1;
+        /tmp/debroot/usr/bin/bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true && echo "bwrap: runs"' ;;
+    shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
+    warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
+      for l in ${AUDIT_LEVELS:-level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+      timeout 400 python3 bench/warm.py /tmp/audit/cands --problems .dev/cuda_l1/problems --device cuda --jobs ${WARM_JOBS:-12} > "$OUT/warm-audit.log" 2>&1 &
+      WARM=$! ;;
+    warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
+    audit) mkdir -p "$OUT/audit" /tmp/audit/cands; [ -f .dev/audit/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* "$OUT/audit/"
+      for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+      step audit "${AUDIT_LIMIT:-300}" $KBV eval /tmp/audit/cands --problems .dev/cuda_l1/problems --protocol both \
+        --device cuda --run "$OUT/audit" --timer-budget "${AUDIT_BUDGET:-3}" --jobs 12
+      $KBV report "$OUT/audit" --format json > "$OUT/audit.json" 2>/dev/null ;;
+    agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
+        --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-0}" \
+        --out "$OUT/agreement.json" ;;
+    bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -111,21 +111,10 @@ def scale_options(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
 def warm_builds(name: str, args: argparse.Namespace, root: Path) -> None:
     """Build every compiled candidate of the case into the cache, in parallel (`--jobs`), so that no
     timed run waits for one."""
-    from concurrent.futures import ThreadPoolExecutor
+    from kbv.api import EvalConfig, warm_builds as warm
 
-    from kbv.builds import build_candidate, build_key, needs_build
-    from kbv.candidates import load_candidates
-    from kbv.problems import load_problems
-    from kbv.settings import Settings, cuda_arch_list, resolve_device
-
-    candidates, problems = args.candidates or CASES[name][0], CASES[name][1]
-    device = resolve_device(args.device)
-    settings = Settings(device=device, run_dir=root / "warm", cache_dir=Path(_cache_dir(args, root)).resolve(),
-                        cuda_arch_list=cuda_arch_list(device), build_timeout_s=900.0)
-    todo = {build_key(p.candidate, settings): p.candidate for p in load_candidates(candidates, load_problems(problems)).pairs
-            if needs_build(p.candidate) and not p.candidate.no_code}
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs or min(8, os.cpu_count() or 1))) as pool:
-        list(pool.map(lambda kv: build_candidate(kv[1], settings, kv[0][:12]), todo.items()))
+    warm(EvalConfig(candidates=args.candidates or CASES[name][0], problems=CASES[name][1], device=args.device,
+                    jobs=args.jobs, cache_dir=_cache_dir(args, root), run_dir=str(root / "warm")))
 
 
 def agreement(cases: list[dict[str, Any]]) -> dict[str, list[str]]:

@@ -15,13 +15,14 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kbv.candidates import Pair, Unpaired, load_candidates
+from kbv.builds import Build
+from kbv.candidates import Candidate, Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
@@ -139,6 +140,22 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
                 executor.close()
         verdicts = tuple(store.verdicts_of(keys))  # in problem order, however they completed
     return RunResult(settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()))
+
+
+def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = None) -> list[Build]:
+    """Build every compiled candidate of `config` (or only `candidates`) into the build cache,
+    `config.jobs` at a time, and evaluate nothing: a later run with the same cache finds them built.
+    The builds, a failed one with its status. Raises UsageError and the loading errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kbv.builds import build_candidate, build_key, needs_build
+
+    settings = _settings(config, _devices(config)[0])
+    if candidates is None:
+        candidates = [p.candidate for p in load_candidates(config.candidates, load_problems(config.problems)).pairs]
+    todo = {build_key(c, settings): c for c in candidates if needs_build(c) and not c.no_code}
+    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        return list(pool.map(lambda kv: build_candidate(kv[1], settings, kv[0][:12]), todo.items()))
 
 
 def load_report(run_dir: str | Path) -> Report:
