@@ -83,7 +83,7 @@ for s in "$@"; do
     shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
     warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
       for l in ${AUDIT_LEVELS:-level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
-      timeout 400 python3 bench/warm.py /tmp/audit/cands --problems .dev/cuda_l1/problems --device cuda --jobs ${WARM_JOBS:-12} > "$OUT/warm-audit.log" 2>&1 &
+      timeout 400 nice -n 10 python3 bench/warm.py /tmp/audit/cands --problems .dev/cuda_l1/problems --device cuda --jobs ${WARM_JOBS:-12} > "$OUT/warm-audit.log" 2>&1 &
       WARM=$! ;;
     warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
     audit) mkdir -p "$OUT/audit" /tmp/audit/cands; [ -f .dev/audit/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* "$OUT/audit/"

@@ -32,7 +32,7 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
     import torch
 
     from kbv.detect.soundness import check_problem
-    from kbv.errors import KbvError
+    from kbv.errors import KbvError, UnsoundProblemError
     from kbv.problems import load_problem_file, out_of_memory
     from kbv.protocols.verified.prepare import prepare_trials
     from kbv.protocols.verified.rules import VerifiedProtocol
@@ -49,7 +49,9 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
     except Exception as exc:
         if out_of_memory(exc):  # PyTorch's or the driver's: too large for the device
             record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
-        elif isinstance(exc, KbvError):  # the problem's own code failed, or no distribution applies
+        elif isinstance(exc, UnsoundProblemError):  # no input distribution applies: nothing to judge
+            record.update(outcome="unsound", flags=[str(exc).split(": ", 1)[-1][:300]], notes=[])
+        elif isinstance(exc, KbvError):  # the problem's own code failed
             record.update(outcome="cannot run", reason=str(exc)[:300])
         else:
             raise
@@ -193,6 +195,41 @@ def print_table(records: list[dict[str, Any]]) -> None:
         print(f"  flag {label:18s} {sum(1 for r in records if any(needle in f for f in r.get('flags', [])))}")
 
 
+def write_markdown(records: list[dict[str, Any]], path: Path, command: str, device: str) -> None:
+    """The soundness table as a page: per problem, sound or flagged and why (or why not screened)."""
+    order = sorted(records, key=lambda r: (_level_of(r["problem"]), _id_of(r["problem"]), r["problem"]))
+    counts = {o: sum(1 for r in records if r["outcome"] == o) for o in dict.fromkeys(r["outcome"] for r in order)}
+    lines = ["# KernelBench's problems under kbv's soundness screen", "",
+             "Each of KernelBench's level 1-3 problems (v0.1 sizes) through `kbv problems check`: a problem is "
+             "flagged when a trivial candidate (identity, zeros, ones, the output's mean, uninitialised memory, "
+             "the reference at another input) passes every applicable input distribution, when its output does "
+             "not depend on an input, when its reference is nondeterministic, or when no input distribution "
+             "gives an output worth computing. A verdict on a flagged problem carries the `unsound_problem` "
+             "category; on a problem with a nondeterministic reference or no applicable distribution, the "
+             "verified protocol's verdict is `unsound_problem` itself.", "",
+             f"Regenerate (on {device}): `{command}`", "",
+             "Counts: " + ", ".join(f"{n} {o}" for o, n in counts.items()), "",
+             "| problem | outcome | why |", "| --- | --- | --- |"]
+    for r in order:
+        why = "; ".join(r.get("flags", [])) if r["outcome"] in ("sound", "unsound") else r.get("reason", "")
+        notes = "; ".join(r.get("notes", []))
+        if r["outcome"] == "sound" and notes:
+            why = f"notes: {notes}"
+        lines.append(f"| {r['problem']} | {r['outcome']} | {why.replace('|', '/')[:400]} |")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _level_of(key: str) -> int:
+    head = key.split("/", 1)[0].removeprefix("L")
+    return int(head) if head.isdigit() else 0
+
+
+def _id_of(key: str) -> int:
+    head = key.split("/", 1)[-1].split("_", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("problems", nargs="?", default="../shared/kernelbench")
@@ -206,11 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", default=None,
                     help="an earlier --out: its problems that were screened (sound, unsound, cannot run) are "
                          "kept, the rest run again")
+    ap.add_argument("--markdown", default=None, help="write the per-problem table as a Markdown page here")
+    ap.add_argument("--render-only", action="store_true",
+                    help="with --resume and --markdown: write the page from the earlier run, screen nothing")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         path = Path(args.one)
         print(json.dumps(check_one(str(path), _level(path), args.device, args.seed)))
+        return 0
+    if args.render_only:
+        if not (args.resume and args.markdown):
+            print("error: --render-only needs --resume JSONL and --markdown FILE", file=sys.stderr)
+            return 2
+        every = list(last_records(Path(args.resume)).values())
+        print_table(every)
+        write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
         return 0
     root = Path(args.problems)
     if not root.is_dir():
@@ -225,8 +273,24 @@ def main(argv: list[str] | None = None) -> int:
     if kept:
         print(f"{len(kept)} problems screened by {args.resume} are kept; {len(files)} to screen", flush=True)
     records = run_all(files, args, list(kept.values()))
-    print_table([*kept.values(), *records])
+    every = [*kept.values(), *records]
+    print_table(every)
+    if args.markdown:
+        write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
     return 0
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py ../shared/kernelbench --device {args.device} "
+            f"--workers 8 --out ks.jsonl --markdown {args.markdown}")
+
+
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else device
+    return "a CPU"
 
 
 FINAL = ("sound", "unsound", "cannot run")  # outcomes a rerun would not change
@@ -234,6 +298,11 @@ FINAL = ("sound", "unsound", "cannot run")  # outcomes a rerun would not change
 
 def screened(path: Path) -> dict[str, dict[str, Any]]:
     """Problem key -> its last record in an earlier run's JSONL, for those with a final outcome."""
+    return {k: r for k, r in last_records(path).items() if r["outcome"] in FINAL}
+
+
+def last_records(path: Path) -> dict[str, dict[str, Any]]:
+    """Problem key -> its last record in an earlier run's JSONL."""
     last: dict[str, dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -242,7 +311,7 @@ def screened(path: Path) -> dict[str, dict[str, Any]]:
             continue
         if isinstance(rec, dict) and "problem" in rec:
             last[rec["problem"]] = rec
-    return {k: r for k, r in last.items() if r["outcome"] in FINAL}
+    return last
 
 
 if __name__ == "__main__":
