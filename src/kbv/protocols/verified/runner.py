@@ -29,10 +29,10 @@ from kbv.compare import judge_outputs
 from kbv.detect.attribution import Attribution, attribute, missing_custom_work
 from kbv.detect.caches import replayed_timing
 from kbv.detect.speed import impossible_speed
+from kbv.errors import UnsoundProblemError
 from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
-from kbv.errors import UnsoundProblemError
 from kbv.protocols.verified.prepare import (
     PreparedProblem,
     UnsoundProblem,
