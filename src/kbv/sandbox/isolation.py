@@ -258,6 +258,14 @@ def resolve(mode: SandboxMode, paths: Iterable[Path] = ()) -> Isolation:
     return Isolation(Level.DEGRADED, uid, gid, reason=cap.reason, user=name)
 
 
+def check_strict(mode: SandboxMode, record: dict[str, Any]) -> None:
+    """Raise SandboxUnavailable when `mode` is strict and `record` (`Isolation.record`, made where the
+    children run: a Ray worker) is not full isolation."""
+    if mode is SandboxMode.STRICT and record.get("sandbox_level") != Level.BWRAP.value:
+        raise SandboxUnavailable(f"--sandbox strict: full isolation cannot be had where the children run "
+                                 f"({record.get('sandbox')}); use --sandbox auto")
+
+
 def _has_user(uid: int) -> bool:
     try:
         pwd.getpwuid(uid)
@@ -368,6 +376,8 @@ def give(paths: Iterable[Path], owner: tuple[int, int] | None) -> None:
         return
     uid, gid = owner
     for top in paths:
+        if top.is_dir():  # bwrap, root without its capabilities, must still pass it (0700 would stop it)
+            os.chmod(top, stat.S_IMODE(top.stat().st_mode) | 0o711)
         for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
             try:
                 st = path.lstat()
@@ -394,6 +404,19 @@ def unreachable(paths: Iterable[str | Path], uid: int | None, gid: int | None) -
             if bits & need != need:
                 return f"{target} ({d} is {stat.S_IMODE(st.st_mode):04o})"
     return ""
+
+
+# What a refused write, connect or read prints (strerror of EACCES, EPERM, EROFS and the network's).
+_REFUSED = ("Permission denied", "Operation not permitted", "Read-only file system", "Network is unreachable",
+            "Connection refused", "Cannot assign requested address", "EACCES", "EPERM", "EROFS", "ENETUNREACH",
+            "ECONNREFUSED")
+
+
+def refusals(text: str, limit: int = 20) -> list[str]:
+    """The lines of a child's output that show the operating system refusing it something: evidence
+    that it tried (what matters is that nothing got through, which the sandbox holds either way)."""
+    lines = [line.strip()[:300] for line in text.splitlines() if any(m in line for m in _REFUSED)]
+    return list(dict.fromkeys(lines))[:limit]
 
 
 def apply_limits(nproc: bool) -> None:

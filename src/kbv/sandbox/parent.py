@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from kbv.errors import SandboxError
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
-from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, resolve
+from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, refusals, resolve
 from kbv.sandbox.wire import (
     SharedArena,
     WireClosed,
@@ -347,6 +347,12 @@ class Sandbox:
         if returncode is not None:
             ev["returncode"] = returncode
         return ev
+
+    def refused(self) -> list[str]:
+        """What the operating system refused the child, as its output shows (`isolation.refusals`)."""
+        if self.proc is None:
+            return []
+        return refusals(self.stderr.text() + "\n" + self.stdout.text())
 
     def kill(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
