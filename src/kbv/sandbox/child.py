@@ -680,6 +680,9 @@ def _drop_privileges(uid: int, gid: int) -> None:
     os.setresuid(uid, uid, uid)
     if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getgroups():
         raise SystemExit("kbv child: could not drop its privileges")
+    # the change of uid made it non-dumpable, which makes its own /proc/self files root's: the guards
+    # count its threads there. In its pid namespace only its own descendants could trace it.
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
 
 
 def _options(args: list[str]) -> dict[str, str]:
