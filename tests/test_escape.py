@@ -125,7 +125,9 @@ def _as_nobody(cmd: list[str]) -> list[str]:
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
     under_root = [p for p in code_paths() if p.startswith("/root/")]
-    binds = [a for p in under_root for a in ("--ro-bind", p, p)]
+    dirs = sorted({str(d) for p in under_root for d in Path(p).parents if str(d).startswith("/root/")})
+    binds = [a for d in dirs for a in ("--perms", "0755", "--dir", d)]  # bwrap would make them 0700
+    binds += [a for p in under_root for a in ("--ro-bind", p, p)]
     return [bwrap, "--dev-bind", "/", "/", "--perms", "0755", "--tmpfs", "/root", *binds, "--",
             "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *cmd]
 
