@@ -1,5 +1,5 @@
 """The sandbox child: `python -m kbv.sandbox.child CMD_FD RES_FD SOCK_FD [--parent PID]
-[--drop UID:GID] [--limits basic|nproc]`.
+[--drop UID:GID[:GROUPS]] [--limits basic|nproc]`.
 
 Before anything else it drops to UID:GID when asked (inside bubblewrap run as root: every
 capability goes too) and sets its resource limits (`kbv.sandbox.isolation`).
@@ -665,8 +665,8 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def _drop_privileges(uid: int, gid: int) -> None:
-    """Become `uid`:`gid` with no supplementary groups and no capabilities, for good (bubblewrap run as
+def _drop_privileges(uid: int, gid: int, groups: list[int]) -> None:
+    """Become `uid`:`gid` with only `groups` (a GPU's device nodes') and no capabilities, for good (bubblewrap run as
     root left this process root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and no new privileges can
     be gained by exec). The bounding set is emptied first, while CAP_SETPCAP allows it."""
     import ctypes
@@ -675,10 +675,10 @@ def _drop_privileges(uid: int, gid: int) -> None:
     for cap in range(64):
         if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
             break
-    os.setgroups([])
+    os.setgroups(groups)
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getgroups():
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or sorted(os.getgroups()) != sorted(groups):
         raise SystemExit("kbv child: could not drop its privileges")
     # the change of uid made it non-dumpable, which makes its own /proc/self files root's: the guards
     # count its threads there. In its pid namespace only its own descendants could trace it.
@@ -694,9 +694,9 @@ def _options(args: list[str]) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     opts = _options(argv[4:])
-    if "drop" in opts:
-        uid, gid = (int(v) for v in opts["drop"].split(":"))
-        _drop_privileges(uid, gid)
+    if "drop" in opts:  # UID:GID[:G1,G2...]
+        uid, gid, *rest = opts["drop"].split(":")
+        _drop_privileges(int(uid), int(gid), [int(g) for g in rest[0].split(",") if g] if rest else [])
     if "limits" in opts:
         from kbv.sandbox.isolation import apply_limits
 

@@ -149,11 +149,11 @@ class Isolation:
         assert self.bwrap is not None
         return [self.bwrap, *bwrap_arguments(view, privileged=self.privileged), "--", *argv]
 
-    def popen_user(self) -> dict[str, Any]:
+    def popen_user(self, gpu: bool = False) -> dict[str, Any]:
         """Popen's user/group arguments: the drop to `uid` before exec (degraded); bwrap as root drops
-        inside instead (`child_drop`)."""
+        inside instead (`child_drop`). `gpu`: the groups of device nodes others cannot open are kept."""
         if self.level is Level.DEGRADED and self.uid is not None:
-            return {"user": self.uid, "group": self.gid, "extra_groups": []}
+            return {"user": self.uid, "group": self.gid, "extra_groups": list(gpu_groups()) if gpu else []}
         return {}
 
     def child_drop(self) -> tuple[int, int] | None:
@@ -317,6 +317,17 @@ def gpu_nodes() -> tuple[str, ...]:
     """The NVIDIA device nodes (and the MIG capability directory) of this machine."""
     dev = Path("/dev")
     return tuple(str(p) for p in sorted(dev.glob("nvidia*")) if p.is_char_device() or p.is_dir())
+
+
+def gpu_groups() -> tuple[int, ...]:
+    """Groups of NVIDIA device nodes that others may not read and write (a driver installed with
+    `NVreg_DeviceFileMode=0660`, say): a child that drops its uid keeps these groups, and no other."""
+    gids = set()
+    for node in gpu_nodes():
+        st = os.stat(node)
+        if stat.S_ISCHR(st.st_mode) and st.st_mode & 0o006 != 0o006 and st.st_gid != 0:
+            gids.add(st.st_gid)
+    return tuple(sorted(gids))
 
 
 def bwrap_arguments(view: ChildView, privileged: bool) -> list[str]:

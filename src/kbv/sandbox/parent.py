@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from kbv.errors import SandboxError
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
-from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, refusals, resolve
+from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve
 from kbv.sandbox.wire import (
     SharedArena,
     WireClosed,
@@ -197,7 +197,7 @@ class Sandbox:
                 iso.command(self._child_argv(cmd_r, res_w, theirs.fileno()), self._view(env)),
                 pass_fds=(cmd_r, res_w, theirs.fileno()), cwd=spec.work_dir, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, **iso.popen_user(),
+                start_new_session=True, **iso.popen_user(gpu=spec.device != "cpu"),
             )
         except OSError as exc:
             mine.close()
@@ -221,7 +221,8 @@ class Sandbox:
             argv += ["--parent", str(os.getpid())]
         drop = iso.child_drop()
         if drop is not None:
-            argv += ["--drop", f"{drop[0]}:{drop[1]}"]
+            groups = ",".join(str(g) for g in gpu_groups()) if self.spec.device != "cpu" else ""
+            argv += ["--drop", f"{drop[0]}:{drop[1]}" + (f":{groups}" if groups else "")]
         if iso.limits:
             argv += ["--limits", "nproc" if iso.owner is not None else "basic"]
         return argv
