@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -111,17 +112,20 @@ def test_only_bwrap_wraps_the_command_and_only_it_unshares(tmp_path: Path) -> No
     assert "--unshare-user" in user and "--disable-userns" in user and "--cap-add" not in user
 
 
-def test_unreachable_names_the_directory_that_stops_the_uid(tmp_path: Path) -> None:
-    closed = tmp_path / "closed"
-    (closed / "inner").mkdir(parents=True)
-    os.chmod(tmp_path, 0o755)
-    os.chmod(closed, 0o700)
-    found = unreachable([closed / "inner"], 65534, 65534)
-    assert found.endswith(f"({closed} is 0700)") or found.startswith(str(closed / "inner")), found
-    os.chmod(closed, 0o755)
-    if not unreachable([tmp_path], 65534, 65534):  # pytest's base may itself be closed
+def test_unreachable_names_the_directory_that_stops_the_uid() -> None:
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own base directory is 0700
+    try:
+        os.chmod(base, 0o755)
+        closed = base / "closed"
+        (closed / "inner").mkdir(parents=True)
+        os.chmod(closed, 0o700)
+        assert unreachable([closed / "inner"], 65534, 65534) == f"{closed / 'inner'} ({closed} is 0700)"
+        os.chmod(closed, 0o751)  # searchable by others, not listable: enough to pass, not to read
         assert unreachable([closed / "inner"], 65534, 65534) == ""
-    assert unreachable([closed], None, None) == ""  # no other uid: nothing to check
+        assert unreachable([closed], 65534, 65534) == f"{closed} ({closed} is 0751)"
+        assert unreachable([closed], None, None) == ""  # no other uid: nothing to check
+    finally:
+        shutil.rmtree(base)
 
 
 def test_refusals_keep_the_lines_that_show_the_os_saying_no() -> None:
