@@ -47,11 +47,11 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbv.errors import UsageError
+from kbv.errors import SandboxUnavailable, UsageError
 
 PROBE_TIMEOUT_S = 10.0
 DEFAULT_USER = "nobody"
@@ -89,10 +89,6 @@ class Level(str, enum.Enum):
     DEGRADED = "degraded"
     NONE = "none"
     OFF = "off"
-
-
-class SandboxUnavailable(UsageError):
-    """`--sandbox strict`, where full isolation cannot be had."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +176,6 @@ class ChildView:
     hidden: tuple[Path, ...] = ()  # masked with an empty tmpfs where they lie inside a bound directory
     env_paths: tuple[str, ...] = ()  # PATH, PYTHONPATH, LD_LIBRARY_PATH... entries the child uses
     gpu: bool = False  # bind the NVIDIA device nodes
-    extra: tuple[str, ...] = field(default_factory=tuple)  # more bwrap arguments (tests)
 
 
 # -- the probe ---------------------------------------------------------------------------------------
@@ -364,7 +359,7 @@ def bwrap_arguments(view: ChildView, privileged: bool) -> list[str]:
         args += [*_parents(str(d), made), "--ro-bind", os.path.realpath(d), str(d)]
     for d in (view.work_dir, *view.writable):
         args += [*_parents(str(d), made), "--bind", os.path.realpath(d), str(d)]
-    return [*args, *view.extra, "--chdir", str(view.work_dir)]
+    return [*args, "--chdir", str(view.work_dir)]
 
 
 def _parents(path: str, made: set[str]) -> list[str]:
