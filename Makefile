@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_PIN ?= torch==2.13.0
 DEMO_RUN ?= runs/demo
 
-.PHONY: install test test-gpu demo clean
+.PHONY: install test test-gpu demo clean sandbox
 
 $(BIN)/python:
 	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
@@ -31,7 +31,14 @@ test: install
 test-gpu: install
 	$(BIN)/python -m pytest -q -m gpu
 
-demo: install
+# Candidates run in bubblewrap where it can be had: as root with apt (a fresh Debian/Ubuntu box, CI),
+# the demo installs it; elsewhere it runs with the strongest isolation available, and says which.
+sandbox:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null \
+		|| echo "bubblewrap is not installed: candidates run with weaker isolation (kbv says which)"; }
+
+demo: install sandbox
 	$(BIN)/kbv eval examples/ --problems smoke --protocol both --device auto --timer-budget 2 --run $(DEMO_RUN)
 	@$(BIN)/kbv report $(DEMO_RUN) --format html --out $(DEMO_RUN)/report.html >/dev/null
 	@echo "HTML report: $(abspath $(DEMO_RUN))/report.html"

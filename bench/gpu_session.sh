@@ -12,6 +12,11 @@
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. `pairs` runs throughput's
 # full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
+# `bwrap-site` unpacks .dev/bubblewrap_*.deb (fetch it on a machine with Debian's packages:
+# `apt-get download bubblewrap` into .dev/, which git ignores; carry .dev) with `dpkg -x` and puts its
+# bwrap first on PATH for every later step; `bwrap-probe` says what this machine allows (user
+# namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
+# with and without the sandbox on the GPU.
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -74,6 +79,17 @@ for s in "$@"; do
     scale) step scale "${SCALE_LIMIT:-420}" python3 bench/throughput.py --cases full --device cuda --timer-budget 4 \
       ${SCALE_OPTS:---devices auto --executor ray} ${SCALE_ONE_LANE:+--one-lane-from $SCALE_ONE_LANE} \
       --out "$OUT/${SCALE_NAME:-scale}.json" ;;
+    bwrap-site) mkdir -p /tmp/bwrap-site && step bwrap-site 60 bash -c 'dpkg -x .dev/bubblewrap_*.deb /tmp/bwrap-site' \
+      && export PATH=/tmp/bwrap-site/usr/bin:$PATH ;;
+    bwrap-probe) step bwrap-probe 60 bash -c 'echo "bwrap: $(command -v bwrap)"; bwrap --version;
+      unshare -Ur true && echo "user namespaces: allowed" || echo "user namespaces: refused";
+      bwrap --ro-bind / / --proc /proc --dev /dev --unshare-pid --unshare-net --unshare-ipc --die-with-parent true \
+        && echo "bwrap as root: works" || echo "bwrap as root: refused";
+      setpriv --reuid=65534 --regid=65534 --clear-groups bwrap --ro-bind / / --unshare-user --unshare-pid --unshare-net true \
+        && echo "bwrap as uid 65534: works" || echo "bwrap as uid 65534: refused";
+      ls -la /dev/nvidia* | head -20;
+      python3 -c "from kbv.sandbox.isolation import SandboxMode, resolve; print(resolve(SandboxMode.AUTO).describe())"' ;;
+    sandbox-bench) step sandbox-bench 300 python3 bench/sandbox_startup.py --device cuda --repeats "${SANDBOX_REPEATS:-6}" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
     probe) step probe 30 bash -c 'nproc; id; unshare -Ur true && echo "user namespaces: yes" || echo "user namespaces: no";

@@ -114,7 +114,8 @@ def child(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Sand
 
 
 def _load(sb: Sandbox, tmp_path: Path, code: str) -> None:
-    path = tmp_path / "candidate.py"
+    path = tmp_path / "build" / "candidate.py"  # where kbv puts it: its sandbox shows the build directory
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(code)
     sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": [], "seed": 0}, CALL_S)
 
@@ -216,7 +217,8 @@ class ModelNew(nn.Module):
 def test_weights_sent_through_the_channel_are_the_ones_the_model_runs_with(child, tmp_path):
     """The verified trials hand the candidate their own weights (a state dict) across the boundary."""
     sb, device = child
-    path = tmp_path / "candidate.py"
+    path = tmp_path / "build" / "candidate.py"  # where kbv puts it: its sandbox shows the build directory
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(LINEAR)
     w, b = torch.randn(4, 8, device=device), torch.randn(4, device=device)
     refs = sb.put([w, b], CALL_S)

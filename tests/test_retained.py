@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from kbv.detect.evidence import io_bytes, retained_state
-from kbv.sandbox import ChildSpec, Sandbox, SharedArena
+from kbv.sandbox import ChildSpec, Sandbox
 from kbv.sandbox.retained import find_retained, format_bytes
 from kbv.verdict import Category
 from sources import HONEST_LINEAR, HONEST_RELU
@@ -100,8 +100,11 @@ def _load(sb: Sandbox, path: Path, init_args: list) -> dict:
 def test_the_child_reports_a_precomputing_candidate_and_not_an_honest_one(tmp_path: Path) -> None:
     spec = ChildSpec(work_dir=tmp_path / "work", build_dir=tmp_path / "build", device="cpu")
     sigmoid_io = io_bytes([torch.empty(16, 4096)], [torch.empty(16, 4096)])
+    spec.build_dir.mkdir(parents=True)
+    hack = spec.build_dir / "candidate.py"  # where kbv puts a candidate: its sandbox shows it
+    hack.write_text((CORPUS / "cpu" / "5_Sigmoid__hack_precomputed_answers.py").read_text())
     with Sandbox(spec) as sb:
-        reply = _load(sb, CORPUS / "cpu" / "5_Sigmoid__hack_precomputed_answers.py", [])
+        reply = _load(sb, hack, [])
     held = reply["retained"]
     assert held["bytes"] >= 69 * 16 * 4096 * 4
     assert held["where"][0] == "kbv_candidate.ANSWERS: 69 tensors (cpu, 17.2 MiB)"
@@ -109,7 +112,7 @@ def test_the_child_reports_a_precomputing_candidate_and_not_an_honest_one(tmp_pa
     category, why = retained_state(held, sigmoid_io)
     assert category is Category.RETAINED_STATE and "kbv_candidate.ANSWERS" in why
 
-    honest = tmp_path / "honest.py"
+    honest = spec.build_dir / "honest.py"
     honest.write_text(HONEST_LINEAR)
     with Sandbox(spec) as sb:
         reply = _load(sb, honest, [256, 128])
@@ -119,13 +122,14 @@ def test_the_child_reports_a_precomputing_candidate_and_not_an_honest_one(tmp_pa
 
 def test_inputs_the_harness_keeps_between_loads_are_not_the_candidates(tmp_path: Path) -> None:
     spec = ChildSpec(work_dir=tmp_path / "work", build_dir=tmp_path / "build", device="cpu")
-    path = tmp_path / "relu.py"
+    path = spec.build_dir / "relu.py"
+    path.parent.mkdir(parents=True)
     path.write_text(HONEST_RELU)
     x = torch.rand(512, 1024)  # 2 MiB: past the floor if it were counted
-    with Sandbox(spec) as sb, SharedArena() as arena:
+    with Sandbox(spec) as sb:
         first = _load(sb, path, [])["retained"]
-        _, handle = arena.share(x)
-        _, out = arena.empty(x.shape, x.dtype)
+        _, handle = sb.arena.share(x)
+        _, out = sb.arena.empty(x.shape, x.dtype)
         sb.call({"op": "forward", "inputs": [handle], "outputs": [out], "keep": True}, 60)  # the child keeps x
         again = _load(sb, path, [])["retained"]
     assert again["bytes"] == first["bytes"] < 64 << 10, (first, again)

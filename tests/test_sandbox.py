@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
+from kbv.sandbox.isolation import SandboxMode, resolve
 from kbv.sandbox.wire import WireClosed, WireTimeout, map_tensor, read_frame, write_frame
 from kbv.verdict import Status
 from sources import EXITS_0, HANGS, HONEST_RELU, JUNK_STDOUT, SEGFAULT
@@ -39,7 +40,9 @@ def arena() -> Iterator[SharedArena]:
 
 
 def _candidate(tmp_path: Path, code: str) -> Path:
-    path = tmp_path / "candidate.py"
+    """The candidate file where kbv puts it: in the build directory, which a sandboxed child sees."""
+    path = tmp_path / "build" / "candidate.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(code)
     return path
 
@@ -49,11 +52,13 @@ def _load(sb: Sandbox, path: Path) -> dict[str, Any]:
                    CALL_TIMEOUT_S)
 
 
-def _forward(sb: Sandbox, arena: SharedArena, x: torch.Tensor,
+def _forward(sb: Sandbox, x: torch.Tensor,
              timeout_s: float = CALL_TIMEOUT_S) -> tuple[dict[str, Any], torch.Tensor]:
-    """One forward on x; the reply and the output buffer (poisoned with NaN beforehand)."""
-    _, x_handle = arena.share(x)
-    out, out_handle = arena.empty(x.shape, x.dtype)
+    """One forward on x through the child's own arena; the reply and the output buffer (poisoned
+    with NaN beforehand)."""
+    assert sb.arena is not None
+    _, x_handle = sb.arena.share(x)
+    out, out_handle = sb.arena.empty(x.shape, x.dtype)
     out.fill_(float("nan"))
     reply = sb.call({"op": "forward", "inputs": [x_handle], "outputs": [out_handle]}, timeout_s)
     return reply, out
@@ -68,6 +73,37 @@ def _alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def _pid_namespace(sb: Sandbox) -> str | None:
+    """The pid namespace the child runs in (bwrap's), None when it shares this one."""
+    assert sb.proc is not None
+    if not sb.isolation.full:
+        return None
+    init = Path(f"/proc/{sb.proc.pid}/task/{sb.proc.pid}/children").read_text().split()[0]
+    return os.readlink(f"/proc/{init}/ns/pid")
+
+
+def _in_namespace(ns: str) -> list[int]:
+    """Live processes of pid namespace `ns`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "pid") == ns and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def _wait_empty(ns: str, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while _in_namespace(ns):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _wait_dead(pid: int, within_s: float) -> bool:
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -79,17 +115,18 @@ def _wait_dead(pid: int, within_s: float) -> bool:
 
 # -- the round trip ------------------------------------------------------------------------------
 
-def test_hello_load_forward_round_trip(tmp_path: Path, spec: ChildSpec, arena: SharedArena) -> None:
+def test_hello_load_forward_round_trip(tmp_path: Path, spec: ChildSpec) -> None:
     path = _candidate(tmp_path, HONEST_RELU)
     with Sandbox(spec) as sb:
         hello = sb.call({"op": "hello"}, CALL_TIMEOUT_S)
-        child = hello["pid"]
+        assert sb.proc is not None
+        child = sb.proc.pid  # the child's own pid may be that of a pid namespace (bwrap)
         assert child != os.getpid() and hello["device"] == "cpu"
         assert os.getpgid(child) == child != os.getpgid(0)  # its own process group
         assert _load(sb, path)["loaded"] is True
         for seed in (1, 2):  # the same child serves new inputs, call after call
             x = torch.randn(8, 32, generator=torch.Generator().manual_seed(seed))
-            reply, out = _forward(sb, arena, x)
+            reply, out = _forward(sb, x)
             assert reply["count"] == 1 and reply["copied"] is True
             assert reply["outputs"][0]["shape"] == [8, 32] and reply["outputs"][0]["dtype"] == "float32"
             torch.testing.assert_close(out, torch.relu(x), rtol=0, atol=0)
@@ -102,12 +139,15 @@ def test_shared_arena_shares_copies_by_file(arena: SharedArena) -> None:
     x.zero_()  # the arena holds a copy, not the caller's tensor
     mapped = map_tensor(handle)  # what a child sees
     assert torch.equal(mapped, torch.arange(12, dtype=torch.float32).reshape(3, 4))
-    mapped[0, 0] = 42.0  # one memory: writes on either side are seen on the other
-    assert shared[0, 0].item() == 42.0
+    mapped[0, 0] = 42.0  # an input is the child's copy-on-write: its writes never reach the parent's file
+    assert shared[0, 0].item() == 0.0
+    out, out_handle = arena.empty((3, 4), torch.float32)
+    map_tensor(out_handle)[1, 1] = 7.0  # an output buffer is one memory: the child's writes are seen
+    assert out[1, 1].item() == 7.0
     empty, empty_handle = arena.empty((0, 5), torch.int64)
     assert map_tensor(empty_handle).shape == (0, 5)
     arena.close()
-    assert not Path(handle.path).exists()
+    assert not Path(handle.path).exists() and not arena.dir.exists()
 
 
 def test_wire_frames_time_out_close_and_cap_their_size() -> None:
@@ -145,22 +185,27 @@ HANG_WITH_GRANDCHILD = textwrap.dedent('''\
 ''')
 
 
-def test_timeout_kills_the_whole_process_group(tmp_path: Path, spec: ChildSpec, arena: SharedArena) -> None:
+def test_timeout_kills_the_whole_process_group(tmp_path: Path, spec: ChildSpec) -> None:
     path = _candidate(tmp_path, HANG_WITH_GRANDCHILD)
     grandchild = None
     try:
         with Sandbox(spec) as sb:
             child = sb.call({"op": "hello"}, CALL_TIMEOUT_S)["pid"]
+            namespace = _pid_namespace(sb)
             _load(sb, path)
             t0 = time.monotonic()
             with pytest.raises(ChildFailure) as info:
-                _forward(sb, arena, torch.randn(4, 4), timeout_s=3.0)
+                _forward(sb, torch.randn(4, 4), timeout_s=3.0)
             assert time.monotonic() - t0 < 10
             grandchild = int((spec.work_dir / "grandchild.pid").read_text())
             assert info.value.status is Status.TIMEOUT
             assert info.value.message == "no answer within 3 s (forward)"
-            assert _wait_dead(child, 5)
-            assert _wait_dead(grandchild, 5), "the candidate's own subprocess outlived the timeout"
+            if namespace is not None:  # pids the child saw are its namespace's: every process of it is gone
+                grandchild = None
+                assert _wait_empty(namespace, 5), "a process of the child's pid namespace outlived the timeout"
+            else:
+                assert _wait_dead(child, 5)
+                assert _wait_dead(grandchild, 5), "the candidate's own subprocess outlived the timeout"
     finally:
         if grandchild is not None and _alive(grandchild):
             os.kill(grandchild, 9)
@@ -170,12 +215,12 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path, spec: ChildSpec, 
     (SEGFAULT, "killed by SIGSEGV during forward", -11),
     (EXITS_0, "exited with code 0 during forward, before answering", 0),
 ], ids=["segfault", "os_exit_0"])
-def test_a_dying_child_is_crashed_with_its_stderr(tmp_path: Path, spec: ChildSpec, arena: SharedArena,
+def test_a_dying_child_is_crashed_with_its_stderr(tmp_path: Path, spec: ChildSpec,
                                                   code: str, message: str, returncode: int) -> None:
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, code))
         with pytest.raises(ChildFailure) as info:
-            _forward(sb, arena, torch.randn(4, 4))
+            _forward(sb, torch.randn(4, 4))
     assert info.value.status is Status.CRASHED
     assert info.value.message == message
     assert info.value.evidence["returncode"] == returncode
@@ -183,39 +228,37 @@ def test_a_dying_child_is_crashed_with_its_stderr(tmp_path: Path, spec: ChildSpe
         assert "kbv-test: about to segfault" in info.value.evidence["stderr_tail"]
 
 
-def test_a_raising_candidate_gets_its_traceback_and_the_child_serves_on(tmp_path: Path, spec: ChildSpec,
-                                                                        arena: SharedArena) -> None:
+def test_a_raising_candidate_gets_its_traceback_and_the_child_serves_on(tmp_path: Path, spec: ChildSpec) -> None:
     code = HONEST_RELU.replace("return torch.relu(x)",
                                "if x.sum() < 0:\n            raise ValueError('kbv-test: negative sum')\n"
                                "        return torch.relu(x)")
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, code))
         with pytest.raises(ChildFailure) as info:
-            _forward(sb, arena, -torch.ones(4, 4))
+            _forward(sb, -torch.ones(4, 4))
         assert info.value.status is Status.RUNTIME_ERROR
         assert info.value.message == "ValueError: kbv-test: negative sum (during forward)"
         assert 'candidate.py", line' in info.value.evidence["traceback"]
-        reply, out = _forward(sb, arena, torch.ones(4, 4))  # a Python exception does not end the child
+        reply, out = _forward(sb, torch.ones(4, 4))  # a Python exception does not end the child
         assert reply["copied"] and torch.equal(out, torch.ones(4, 4))
 
 
-def test_a_device_error_ends_the_child(tmp_path: Path, spec: ChildSpec, arena: SharedArena) -> None:
+def test_a_device_error_ends_the_child(tmp_path: Path, spec: ChildSpec) -> None:
     code = HONEST_RELU.replace("return torch.relu(x)",
                                "raise RuntimeError('CUDA error: an illegal memory access was encountered')")
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, code))
         with pytest.raises(ChildFailure) as info:
-            _forward(sb, arena, torch.ones(4, 4))
+            _forward(sb, torch.ones(4, 4))
         assert info.value.status is Status.CUDA_ERROR
         assert sb.proc is not None and sb.proc.poll() is not None  # never reused after a device error
 
 
-def test_junk_on_stdout_and_stderr_does_not_break_the_protocol(tmp_path: Path, spec: ChildSpec,
-                                                               arena: SharedArena) -> None:
+def test_junk_on_stdout_and_stderr_does_not_break_the_protocol(tmp_path: Path, spec: ChildSpec) -> None:
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, JUNK_STDOUT))
         x = torch.randn(4, 8)
-        reply, out = _forward(sb, arena, x)
+        reply, out = _forward(sb, x)
         assert reply["copied"] and torch.equal(out, torch.relu(x))
         evidence = sb.evidence()
     assert evidence["stdout_bytes"] > 1 << 20  # all of it was drained ...
@@ -223,14 +266,14 @@ def test_junk_on_stdout_and_stderr_does_not_break_the_protocol(tmp_path: Path, s
     assert "kbv-test stderr junk" in evidence["stderr_tail"]
 
 
-def test_garbage_on_the_result_channel_is_a_crash(tmp_path: Path, spec: ChildSpec, arena: SharedArena) -> None:
+def test_garbage_on_the_result_channel_is_a_crash(tmp_path: Path, spec: ChildSpec) -> None:
     code = HONEST_RELU.replace("return torch.relu(x)",
                                "import os, sys\n        os.write(int(sys.argv[2]), b'\\x00' * 7 + b'\\x05junk!')\n"
                                "        return torch.relu(x)")
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, code))
         with pytest.raises(ChildFailure) as info:
-            _forward(sb, arena, torch.ones(4, 4))
+            _forward(sb, torch.ones(4, 4))
     assert info.value.status is Status.CRASHED
     assert "broke the protocol during forward" in info.value.message
 
@@ -254,13 +297,13 @@ def _env_seen_by_candidate(failure: ChildFailure) -> dict[str, str]:
     return json.loads(line.split("ENV=", 1)[1])
 
 
-def test_the_child_environment_is_scrubbed(tmp_path: Path, spec: ChildSpec, arena: SharedArena) -> None:
+def test_the_child_environment_is_scrubbed(tmp_path: Path, spec: ChildSpec) -> None:
     os.environ["OPENAI_API_KEY"] = SECRET
     os.environ["KBV_TEST_SERVICE_TOKEN"] = SECRET
     with Sandbox(spec) as sb:
         _load(sb, _candidate(tmp_path, DUMP_ENV))
         with pytest.raises(ChildFailure) as info:
-            _forward(sb, arena, torch.ones(2))
+            _forward(sb, torch.ones(2))
     env = _env_seen_by_candidate(info.value)
     assert env["KBV_DEVICE"] == "cpu"  # the dump itself works ...
     assert SECRET not in json.dumps(env)  # ... and holds no secret of the parent
@@ -284,19 +327,23 @@ PARENT_ENV_PROBE = textwrap.dedent('''\
 # A parent process as kbv runs it, the secret in its environment from the start (an exported key).
 # It prints {"child": pid} once the candidate is loaded, then how the forward ended.
 PARENT_SCRIPT = textwrap.dedent('''\
-    import json, sys
+    import json, os, sys
     from pathlib import Path
     import torch
-    from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
+    from kbv.sandbox import ChildFailure, ChildSpec, Sandbox
 
     tmp = Path(sys.argv[1])
     spec = ChildSpec(work_dir=tmp / "work", build_dir=tmp / "build", device="cpu")
-    with Sandbox(spec) as sb, SharedArena() as arena:
-        child = sb.call({"op": "hello"}, 60)["pid"]
+    with Sandbox(spec) as sb:
+        sb.call({"op": "hello"}, 60)
         sb.call({"op": "load", "source": "candidate", "path": sys.argv[2], "init_args": [], "seed": 0}, 60)
-        print(json.dumps({"child": child}), flush=True)
-        _, x = arena.share(torch.ones(2))
-        _, out = arena.empty((2,), torch.float32)
+        namespace = None  # the child's pid namespace, when bwrap gave it one
+        if sb.isolation.full:
+            init = open(f"/proc/{sb.proc.pid}/task/{sb.proc.pid}/children").read().split()[0]
+            namespace = os.readlink(f"/proc/{init}/ns/pid")
+        print(json.dumps({"child": sb.proc.pid, "namespace": namespace}), flush=True)
+        _, x = sb.arena.share(torch.ones(2))
+        _, out = sb.arena.empty((2,), torch.float32)
         try:
             sb.call({"op": "forward", "inputs": [x], "outputs": [out]}, 600)
             print(json.dumps({"status": "answered"}))
@@ -310,8 +357,8 @@ def _start_parent(tmp_path: Path, candidate: Path, env: dict[str, str] | None = 
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every process's /proc/<pid>/environ whatever the "
-                    "parent does: run kbv as a non-root user to keep its environment from candidates (README)")
+@pytest.mark.skipif(os.geteuid() == 0 and not resolve(SandboxMode.AUTO).full,
+                    reason="a child running as root without namespaces reads every process's /proc/<pid>/environ")
 def test_the_parent_environment_is_not_readable_through_proc(tmp_path: Path) -> None:
     path = _candidate(tmp_path, PARENT_ENV_PROBE)
     parent = _start_parent(tmp_path, path, env={**os.environ, "KBV_TEST_SERVICE_TOKEN": SECRET})
@@ -327,11 +374,14 @@ def test_a_hanging_child_does_not_outlive_a_killed_parent(tmp_path: Path) -> Non
     child = None
     try:
         assert parent.stdout is not None
-        child = json.loads(parent.stdout.readline())["child"]
+        started = json.loads(parent.stdout.readline())
+        child = started["child"]
         time.sleep(1.0)  # the child is now spinning in forward
         parent.kill()
         parent.wait(timeout=30)
         assert _wait_dead(child, 5), "the child is still running 5 s after its parent was killed"
+        if started["namespace"] is not None:
+            assert _wait_empty(started["namespace"], 5), "a process of the child's namespace outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -80,7 +80,8 @@ def _reference(origin="p.py"):
 
 
 def _candidate(tmp_path, code, name):
-    path = tmp_path / f"{name}.py"
+    path = tmp_path / "build" / f"{name}.py"  # in the build directory, which a sandboxed child sees
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(code)
     return {"source": "candidate", "path": str(path), "precision": "tf32"}
 

@@ -28,6 +28,8 @@ from kbv.executors import Executor, Job, ProtocolRunner
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.problems import load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
+from kbv.sandbox.isolation import SandboxMode, check_strict
+from kbv.sandbox.isolation import resolve as resolve_isolation
 from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device, resolve_devices
 from kbv.store import Store, open_store, pair_key
 from kbv.verdict import Verdict
@@ -60,6 +62,7 @@ class EvalConfig:
     ci_target: float = 0.01  # verified timer: relative CI half-width to reach
     timer_budget_s: float = 30.0  # verified timer: wall-clock cap per pair
     min_custom_share: float = 0.0  # verified: least share of time in the candidate's own kernels
+    sandbox: str = "auto"  # strict | auto | off: how children are isolated (kbv.sandbox.isolation)
 
 
 @dataclass(frozen=True)
@@ -100,14 +103,18 @@ class Report:
 
 # (done, total, what just finished: a verdict, a pair whose problem failed, or None at the start)
 ProgressFn = Callable[[int, int, "Verdict | ProblemFailure | None"], None]
+NoticeFn = Callable[[str, bool], None]  # (one line, whether it is a warning)
 
 
 def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
-             executor: Executor | None = None) -> RunResult:
+             executor: Executor | None = None, notice: NoticeFn | None = None) -> RunResult:
     """Evaluate every (problem, candidate) pair, resuming from the run's store.
 
-    Raises UsageError / ProblemLoadError / CandidateSourceError for bad input; a bad candidate is a
-    verdict. A problem whose own code fails is reported in `problem_failures`; the run goes on.
+    `notice` hears the isolation children run under, once, before anything runs (a warning when it
+    is not full). Raises UsageError / ProblemLoadError / CandidateSourceError for bad input, and
+    SandboxUnavailable (a UsageError) under `sandbox="strict"` where full isolation cannot be had; a
+    bad candidate is a verdict. A problem whose own code fails is reported in `problem_failures`;
+    the run goes on.
     """
     protocols = _protocols(config.protocol)
     _validate(config)
@@ -123,6 +130,9 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
         cluster, probe = (None, None) if local else _connect(config, stack)
         devices = (probe["device"],) if probe else devices
         settings = _settings(config, devices[0], probe)
+        if notice is not None:
+            line = str(settings.provenance.get("sandbox", ""))
+            notice(f"sandbox: {line}", settings.provenance.get("sandbox_level") != "bwrap")
         store = stack.enter_context(open_store(settings.run_dir))
         store.record_invocation(asdict(config), settings.provenance)
         runners = _runners(config, settings, store, secret)
@@ -239,7 +249,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
     quiet: dict[str, threading.RLock] = {}
     lanes = [LocalExecutor(settings, runners, builds, quiet.setdefault(settings.device, threading.RLock()))]
     for device in devices[1:]:
-        lane = replace(settings, device=device, provenance=collect_provenance(device))
+        lane = replace(settings, device=device, provenance={**collect_provenance(device), **_sandbox_record(settings)})
         if device_fingerprint(lane.provenance) != device_fingerprint(settings.provenance):
             builds.shutdown(wait=False)
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
@@ -274,9 +284,19 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
     # under Ray the device is a worker's: it described itself (`probe`); this machine may have no GPU
     arch = probe["cuda_arch_list"] if probe else cuda_arch_list(device)
     provenance = dict(probe["provenance"]) if probe else collect_provenance(device)
+    mode = SandboxMode.parse(config.sandbox)
+    # under Ray a worker's children are isolated as the worker can: it said how (`probe`)
+    isolation = None if probe else resolve_isolation(mode, (run_dir.resolve(), cache.resolve()))
+    if probe:
+        check_strict(mode, probe["sandbox"])
+    provenance.update(isolation.record() if isolation else probe["sandbox"])
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
-                    cuda_arch_list=arch, provenance=provenance)
+                    cuda_arch_list=arch, provenance=provenance, sandbox=mode.value, isolation=isolation)
+
+
+def _sandbox_record(settings: Settings) -> dict[str, Any]:
+    return {k: settings.provenance[k] for k in ("sandbox", "sandbox_level") if k in settings.provenance}
 
 
 def _slug(path: str) -> str:

@@ -37,6 +37,7 @@ class Build:
     evidence: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
     cached: bool = False
+    refused: tuple[str, ...] = ()  # what the build child was refused (its sandbox), as its output shows
 
 
 def build_key(candidate: Candidate, settings: Settings) -> str:
@@ -75,7 +76,7 @@ def build_candidate(candidate: Candidate, settings: Settings, label: str) -> Bui
         if result.status in (None, Status.COMPILE_ERROR):
             marker.write_text(json.dumps({"status": result.status.value if result.status else None,
                                           "message": result.message, "evidence": result.evidence,
-                                          "wall_s": result.wall_s}))
+                                          "wall_s": result.wall_s, "refused": list(result.refused)}))
         return result
 
 
@@ -83,24 +84,28 @@ def _from_marker(prepared: Build, marker: Path) -> Build:
     data = json.loads(marker.read_text())
     status = Status(data["status"]) if data.get("status") else None
     return Build(prepared.candidate_path, prepared.build_dir, status, data.get("message", ""),
-                 data.get("evidence", {}), data.get("wall_s", 0.0), cached=True)
+                 data.get("evidence", {}), data.get("wall_s", 0.0), cached=True,
+                 refused=tuple(data.get("refused", ())))
 
 
 def _run_build(prepared: Build, settings: Settings, label: str) -> Build:
     spec = ChildSpec(work_dir=settings.work_dir(f"build-{label}"), build_dir=prepared.build_dir,
-                     device="cpu", cuda_arch_list=settings.cuda_arch_list)
+                     device="cpu", cuda_arch_list=settings.cuda_arch_list, isolation=settings.isolation,
+                     hidden=settings.private_dirs)
     t0 = time.monotonic()
+    sb = Sandbox(spec, label=label)
     try:
-        with Sandbox(spec, label=label) as sb:
+        with sb:
             sb.call({"op": "build", "path": str(prepared.candidate_path)}, settings.build_timeout_s)
     except ChildFailure as failure:
         wall = time.monotonic() - t0
         status = failure.status
         if status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CUDA_ERROR):
             trace = failure.evidence.get("traceback", "") + failure.message
-            if not any(m in trace for m in _FINAL_MARKERS):
-                return Build(prepared.candidate_path, prepared.build_dir, wall_s=wall)  # retry on the device
+            if not any(m in trace for m in _FINAL_MARKERS):  # retry on the device
+                return Build(prepared.candidate_path, prepared.build_dir, wall_s=wall, refused=tuple(sb.refused()))
             status = Status.COMPILE_ERROR
         return Build(prepared.candidate_path, prepared.build_dir, status,
-                     f"build: {failure.message}", failure.evidence, wall)
-    return Build(prepared.candidate_path, prepared.build_dir, wall_s=time.monotonic() - t0)
+                     f"build: {failure.message}", failure.evidence, wall, refused=tuple(sb.refused()))
+    return Build(prepared.candidate_path, prepared.build_dir, wall_s=time.monotonic() - t0,
+                 refused=tuple(sb.refused()))

@@ -95,6 +95,7 @@ def eval_command(
     ci_target: float = typer.Option(0.01, help="Verified timer: stop when each median's CI half-width is below this."),
     timer_budget: float = typer.Option(30.0, help="Verified timer: wall-clock seconds at most per pair."),
     min_custom_share: float = typer.Option(0.0, help="Verified: least share of device time in the candidate's own kernels (0-1)."),
+    sandbox: str = typer.Option("auto", help="How children are isolated: auto (the strongest available, a warning when not full), strict (full isolation or fail at start), off (none: debugging only)."),
     output: str = typer.Option("table", "--format", help="table or json."),
 ) -> None:
     """Evaluate candidates against their problems."""
@@ -105,11 +106,11 @@ def eval_command(
                         jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                         trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
-                        min_custom_share=min_custom_share)
+                        min_custom_share=min_custom_share, sandbox=sandbox)
     with _errors():
         _check_format(output, ("table", "json"))
         with _progress(output) as progress:
-            result = evaluate(config, progress=progress)
+            result = evaluate(config, progress=progress, notice=_notice)
     for u in result.unpaired:
         err.print(f"[yellow]unpaired:[/] {u.candidate.origin}: {u.reason}", highlight=False)
     for f in result.problem_failures:
@@ -117,6 +118,11 @@ def eval_command(
     _render_run(result, output)
     if result.problem_failures:
         raise typer.Exit(ExitCode.PROBLEM_FAILURES)
+
+
+def _notice(line: str, warning: bool) -> None:
+    """The isolation a run's children get, on stderr before anything runs; loud when it is not full."""
+    err.print(f"[yellow]warning:[/] {escape(line)}" if warning else escape(line), markup=True, highlight=False)
 
 
 def _render_run(result: Any, output: str) -> None:

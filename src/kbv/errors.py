@@ -5,6 +5,7 @@ A bad candidate is data (a verdict), never an exception: these are raised only f
 
     KbvError                       base of all; the CLI prints its message and exits non-zero
     ├── UsageError                 an option or argument that cannot be honoured
+    │   └── SandboxUnavailable     --sandbox strict where full isolation cannot be had
     ├── ProblemError               a problem file that cannot be used (names the file)
     │   ├── ProblemLoadError       syntax error, missing Model/get_inputs/get_init_inputs, import failure
     │   ├── ProblemRunError        get_inputs()/get_init_inputs()/Model(...) raised or returned junk
@@ -28,6 +29,10 @@ class KbvError(Exception):
 
 class UsageError(KbvError):
     """An option or argument that cannot be honoured."""
+
+
+class SandboxUnavailable(UsageError):
+    """`--sandbox strict`, where full isolation (bubblewrap's namespaces) cannot be had."""
 
 
 class ProblemError(KbvError):

@@ -16,6 +16,7 @@ from kbv.errors import UsageError
 
 if TYPE_CHECKING:
     from kbv.sandbox import ChildSpec
+    from kbv.sandbox.isolation import Isolation
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Settings:
     jobs: int = 2  # parallel builds
     cuda_arch_list: str | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    sandbox: str = "auto"  # --sandbox: strict | auto | off (a Ray worker resolves it again, for itself)
+    isolation: Isolation | None = None  # how children are isolated (None: the strongest available)
 
     @property
     def device_type(self) -> str:
@@ -63,6 +66,11 @@ class Settings:
     def work_dir(self, label: str) -> Path:
         return self.run_dir / "work" / label
 
+    @property
+    def private_dirs(self) -> tuple[Path, ...]:
+        """What no child may see: the run directory (its database) and the build cache (other builds)."""
+        return (self.run_dir, self.cache_dir)
+
     @contextmanager
     def child_scratch(self, label: str, build_dir: Path | None = None) -> Iterator[ChildSpec]:
         """A child spec with a fresh working directory of its own, removed afterwards (two children
@@ -77,7 +85,8 @@ class Settings:
             yield ChildSpec(work_dir=work, build_dir=build_dir or self.cache_dir / "reference",
                             device=self.child_device, visible_devices=self.visible_devices,
                             cuda_arch_list=self.cuda_arch_list,
-                            parent_device=self.device if self.device_type == "cuda" else None)
+                            parent_device=self.device if self.device_type == "cuda" else None,
+                            isolation=self.isolation, hidden=self.private_dirs)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import signal
 import socket
@@ -139,8 +140,11 @@ with open({str(attempts)!r}, "a") as f:
     f.write(str(os.getpid()) + "\\n")
 os.kill(os.getppid(), signal.SIGKILL)  # the process that evaluates it: a Ray worker
 """)
+    # a sandboxed child can reach neither its worker nor this file: the worker's loss, which is what is
+    # tested here, is staged by a child outside the sandbox
     done = subprocess.run(kbv_command("eval", str(cands), "--problems", "smoke", "--device", "cpu", *RAY_OPTIONS,
-                                      ray_cluster.address, "--run", str(tmp_path / "run"), "--format", "json"),
+                                      ray_cluster.address, "--run", str(tmp_path / "run"), "--format", "json",
+                                      "--sandbox", "off"),
                           env=kbv_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     (verdict,) = _verdicts(done.stdout)  # Ray's own messages went to stderr: stdout is the JSON alone
@@ -152,27 +156,47 @@ os.kill(os.getppid(), signal.SIGKILL)  # the process that evaluates it: a Ray wo
 @pytest.mark.ray
 @pytest.mark.slow
 def test_ctrl_c_cancels_the_running_tasks_and_their_children(ray_cluster: RayHead, tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    cands = _write_candidate(tmp_path / "cands", "sleeps", f"""
-with open({str(pid_file)!r}, "w") as f:
-    f.write(str(os.getpid()))
+    cands = _write_candidate(tmp_path / "cands", "sleeps", """
+open("sleeping", "w").close()  # in its own working directory: the one place its sandbox lets it write
 time.sleep(600)
 """)
     cmd = kbv_command("eval", str(cands), "--problems", "smoke", "--device", "cpu", *RAY_OPTIONS,
                       ray_cluster.address, "--run", str(tmp_path / "run"))
     driver = subprocess.Popen(cmd, env=kbv_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline and driver.poll() is None:
+    while not _sleeping() and time.monotonic() < deadline and driver.poll() is None:
         time.sleep(0.2)
-    child = int(pid_file.read_text())
+    children = _children_in_worker_dirs()  # the candidate's (bwrap's and its own), the baseline's
+    assert children and _sleeping(), "the candidate never started sleeping"
     driver.send_signal(signal.SIGINT)
     _, err = driver.communicate(timeout=120)
     assert driver.returncode == 130, err
     assert "interrupted" in err
     deadline = time.monotonic() + 60
-    while _alive(child) and time.monotonic() < deadline:
+    while any(_alive(c) for c in children) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not _alive(child), "the candidate's child outlived its cancelled task"
+    assert not any(_alive(c) for c in children), "the candidate's child outlived its cancelled task"
+
+
+def _worker_dirs() -> Path:
+    return Path(tempfile.gettempdir()) / "kbv-ray"  # where a worker's run directories live
+
+
+def _sleeping() -> bool:
+    return any(_worker_dirs().glob("*/work/*/sleeping"))
+
+
+def _children_in_worker_dirs() -> list[int]:
+    """Processes whose working directory lies in a Ray worker's run directory: its children."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if "/kbv-ray/" in os.readlink(entry / "cwd") and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def _alive(pid: int) -> bool:
@@ -196,17 +220,16 @@ def test_the_secret_travels_only_with_the_task(ray_cluster: RayHead, cache_dir: 
     secret = b"KBV-SECRET-MARKER-0123456789abcd"
     monkeypatch.setattr(kbv.api, "_secret", lambda config: secret)
     monkeypatch.setenv("RAY_AUTH_MODE", kbv_env()["RAY_AUTH_MODE"])  # as the cluster
-    snoop = tmp_path / "snoop.json"
-    cands = _write_candidate(tmp_path / "cands", "snoops", f"""
-seen = {{"env": dict(os.environ), "files": sorted(os.listdir("."))}}
+    # what it saw comes back in its verdict (its sandbox lets it write nothing the test could read)
+    cands = _write_candidate(tmp_path / "cands", "snoops", """
+seen = {"env": dict(os.environ), "files": sorted(os.listdir("."))}
 for name in ("environ", "cmdline"):
     try:
-        with open(f"/proc/{{os.getppid()}}/{{name}}", "rb") as f:
+        with open(f"/proc/{os.getppid()}/{name}", "rb") as f:
             seen["parent_" + name] = f.read().decode("latin-1")
     except OSError as exc:
         seen["parent_" + name] = str(exc)
-with open({str(snoop)!r}, "w") as f:
-    json.dump(seen, f)
+raise RuntimeError("SEEN=" + json.dumps(seen))
 """)
     result = evaluate(EvalConfig(candidates=str(cands), problems="smoke", protocol="verified", executor="ray",
                                  ray_address=ray_cluster.address, timer_budget_s=1.0, run_dir=str(tmp_path / "run"),
@@ -214,7 +237,7 @@ with open({str(snoop)!r}, "w") as f:
     (verdict,) = result.verdicts
     assert verdict.provenance["verified_secret_sha256"] == hashlib.sha256(secret).hexdigest()[:16]
     marks = (secret, secret.hex().encode(), secret.decode().encode("utf-16-le"))
-    seen = snoop.read_text()
+    seen = json.dumps(verdict.to_dict())
     assert "parent_environ" in seen and not any(m.decode("latin-1") in seen for m in marks[:2])
     for path in ray_cluster.temp_dir.rglob("*"):
         if path.is_file() and not path.is_symlink():

@@ -53,6 +53,15 @@ def no_code_verdict(runner: ProtocolRunner, pair: Pair) -> Verdict:
     return replace(runner.blank(pair), status=Status.NO_CODE, message="the reply held no code block")
 
 
+def _with_refusals(verdict: Verdict, build: Build, sandbox: Sandbox) -> Verdict:
+    """`verdict` with what the operating system refused the candidate's children (its build's and its
+    own), as their output shows: evidence that it tried to reach outside its sandbox."""
+    refused = {k: v for k, v in (("build", list(build.refused)), ("child", sandbox.refused())) if v}
+    if not refused:
+        return verdict
+    return replace(verdict, evidence={**verdict.evidence, "sandbox_refused": refused})
+
+
 class BuildPool:
     """Builds of compiled candidates, `settings.jobs` at a time on CPU threads, each content hash
     built once (and cached on disk across runs, see `kbv.builds`)."""
@@ -174,7 +183,8 @@ class LocalExecutor(Executor):
                 return replace(runner.blank(pair), status=f.status, message=f"the child could not start: {f.message}",
                                evidence=f.evidence)
             assert warm.sandbox is not None
-            return self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
+            verdict = self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
+            return _with_refusals(verdict, build, warm.sandbox)
         finally:
             warm.close()
             self._return_device_memory()

@@ -299,9 +299,12 @@ def _describe_worker(kind: str) -> dict[str, Any]:
     from kbv.provenance import collect_provenance
     from kbv.settings import cuda_arch_list
 
+    from kbv.sandbox.isolation import SandboxMode, resolve
+
     device = "cuda:0" if kind == "cuda" else "cpu"  # Ray shows the task its GPU alone
     return {"kbv": kbv.__version__, "device": device, "provenance": collect_provenance(device),
-            "cuda_arch_list": cuda_arch_list(device)}
+            "cuda_arch_list": cuda_arch_list(device),
+            "sandbox": resolve(SandboxMode.AUTO, (Path(tempfile.gettempdir()), default_cache_dir())).record()}
 
 
 @contextlib.contextmanager
@@ -314,8 +317,12 @@ def _worker_dirs(settings: Settings) -> Iterator[Settings]:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=parent))
     cache = default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
-    try:
-        yield replace(settings, run_dir=run_dir, cache_dir=cache.resolve(), jobs=1)
+    from kbv.sandbox.isolation import SandboxMode, resolve
+
+    try:  # this node's children are isolated as this node can (the driver checked --sandbox strict)
+        isolation = resolve(SandboxMode.parse(settings.sandbox), (run_dir, cache.resolve()))
+        yield replace(settings, run_dir=run_dir, cache_dir=cache.resolve(), jobs=1, isolation=isolation,
+                      provenance={**settings.provenance, **isolation.record()})
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
@@ -351,7 +358,7 @@ def _evaluate_on_worker(job: Job, recipe: Any, settings: Settings, secret: bytes
 
     device = "cuda:0" if settings.device_type == "cuda" else "cpu"
     with _worker_dirs(settings) as here:
-        here = replace(here, device=device, provenance={**settings.provenance, **collect_provenance(device),
+        here = replace(here, device=device, provenance={**here.provenance, **collect_provenance(device),
                                                         "host": platform.node()})
         lane = LocalExecutor(here, recipe.make(here, secret))
         try:

@@ -15,8 +15,9 @@ every allocation it maps, so a child killed in the middle of a copy cannot pull 
 The parent never exports its own memory.
 
 `HostChannel` (CPU, or a GPU whose driver lacks VMM): shared-memory files owned by the parent
-(`kbv.sandbox.wire.SharedArena`): the parent writes copies of inputs, the child maps them; outputs
-are written by the child into parent-allocated files, which the parent clones on arrival and unlinks.
+(`kbv.sandbox.wire.SharedArena`, one directory per child, the only one of them its sandbox shows):
+the parent writes copies of inputs, the child maps them copy-on-write; outputs are written by the
+child into parent-allocated files, which the parent clones on arrival and unlinks.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Receipt:
 class HostChannel:
     kind = "host"
 
-    def __init__(self) -> None:
-        self.arena = SharedArena()
+    def __init__(self, arena: SharedArena) -> None:
+        self.arena = arena  # the child's own (`kbv.sandbox.parent.Sandbox.arena`), bound into its sandbox
         self._sent: list[Any] = []  # the last put's files: the child has mapped them by the next put
 
     def put(self, sb: Any, values: Sequence[Any], timeout_s: float) -> list[Any]:

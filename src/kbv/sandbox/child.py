@@ -1,4 +1,8 @@
-"""The sandbox child: `python -m kbv.sandbox.child CMD_FD RES_FD`.
+"""The sandbox child: `python -m kbv.sandbox.child CMD_FD RES_FD SOCK_FD [--parent PID]
+[--drop UID:GID[:GROUPS]] [--limits basic|nproc]`.
+
+Before anything else it drops to UID:GID when asked (inside bubblewrap run as root: every
+capability goes too) and sets its resource limits (`kbv.sandbox.isolation`).
 
 This module is the only place candidate code is ever imported (see `_import_candidate`). It holds
 no seeds, no reference outputs and no inputs beyond those of the request in hand. It reads pickled
@@ -656,8 +660,10 @@ def serve(cmd_fd: int, res_fd: int, fd_sock: int | None = None) -> int:
 
 
 def _die_with_parent(parent: int | None) -> None:
-    """Linux: SIGKILL this child when the parent dies (a killed kbv must not leave a spinning kernel).
-    A parent that died before this ran has left the child with another (a reaper's pid, not always 1)."""
+    """Linux: SIGKILL this child when its parent dies (a killed kbv must not leave a spinning kernel).
+    `parent`: kbv's pid, when the child is not in a pid namespace of its own (in one, its parent is
+    bubblewrap's, which dies with kbv). A parent that died before this ran has left the child with
+    another (a reaper's pid, not always 1)."""
     import ctypes
     import signal
 
@@ -666,15 +672,49 @@ def _die_with_parent(parent: int | None) -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
-    if os.getppid() != (parent or os.getppid()) or os.getppid() == 1:
+    if parent is not None and (os.getppid() != parent or os.getppid() == 1):
         os._exit(1)
 
 
+def _drop_privileges(uid: int, gid: int, groups: list[int]) -> None:
+    """Become `uid`:`gid` with only `groups` (a GPU's device nodes') and no capabilities, for good (bubblewrap run as
+    root left this process root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP, and no new privileges can
+    be gained by exec). The bounding set is emptied first, while CAP_SETPCAP allows it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
+            break
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or sorted(os.getgroups()) != sorted(groups):
+        raise SystemExit("kbv child: could not drop its privileges")
+    # the change of uid made it non-dumpable, which makes its own /proc/self files root's: the guards
+    # count its threads there. In its pid namespace only its own descendants could trace it.
+    libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _options(args: list[str]) -> dict[str, str]:
+    """`--name value` pairs after the three descriptors."""
+    if len(args) % 2:
+        raise SystemExit(f"kbv child: bad options {args}")
+    return {args[i].removeprefix("--"): args[i + 1] for i in range(0, len(args), 2)}
+
+
 def main(argv: list[str]) -> int:
-    _die_with_parent(int(argv[4]) if len(argv) > 4 else None)
-    cmd_fd, res_fd = int(argv[1]), int(argv[2])
-    fd_sock = int(argv[3]) if len(argv) > 3 else None
-    for fd in (cmd_fd, res_fd) + ((fd_sock,) if fd_sock is not None else ()):
+    opts = _options(argv[4:])
+    if "drop" in opts:  # UID:GID[:G1,G2...]
+        uid, gid, *rest = opts["drop"].split(":")
+        _drop_privileges(int(uid), int(gid), [int(g) for g in rest[0].split(",") if g] if rest else [])
+    if "limits" in opts:
+        from kbv.sandbox.isolation import apply_limits
+
+        apply_limits(nproc=opts["limits"] == "nproc")
+    _die_with_parent(int(opts["parent"]) if "parent" in opts else None)
+    cmd_fd, res_fd, fd_sock = int(argv[1]), int(argv[2]), int(argv[3])
+    for fd in (cmd_fd, res_fd, fd_sock):
         os.set_inheritable(fd, False)
     return serve(cmd_fd, res_fd, fd_sock)
 

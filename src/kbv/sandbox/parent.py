@@ -1,10 +1,11 @@
 """Parent side of the trust boundary: start a child, talk to it, kill it.
 
 A `Sandbox` is one spawned child process (`python -m kbv.sandbox.child`) in its own process group,
-working directory and scrubbed environment. `call` sends a command and waits for the reply under a
-wall-clock deadline; a child that dies, hangs or breaks the protocol surfaces as `ChildFailure` with
-the status it deserves and the tail of its stderr. The child's stdout and stderr are drained by
-threads and only their tails are kept.
+working directory and scrubbed environment, isolated by the operating system as its `Isolation`
+says (`kbv.sandbox.isolation`: bubblewrap's namespaces and an unprivileged uid where they can be
+had). `call` sends a command and waits for the reply under a wall-clock deadline; a child that dies,
+hangs or breaks the protocol surfaces as `ChildFailure` with the status it deserves and the tail of
+its stderr. The child's stdout and stderr are drained by threads and only their tails are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import IO, Any
 
 from kbv.errors import SandboxError
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
+from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve
 from kbv.sandbox.wire import (
+    SharedArena,
     WireClosed,
     WireTimeout,
     decode_reply,
@@ -60,6 +63,12 @@ class ChildSpec:
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for the child
     cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST (builds on CPU workers need it)
     parent_device: str | None = None  # the child's GPU in the parent's numbering ("cuda:N"), for copies
+    isolation: Isolation | None = None  # None: the strongest this process can have (`--sandbox auto`)
+    hidden: tuple[Path, ...] = ()  # never in the child's view: the run directory, the build cache
+
+    def build_outputs(self) -> tuple[Path, Path]:
+        """The directories of the build the child writes: compiled extensions and Triton's cache."""
+        return self.build_dir / "torch_extensions", self.build_dir / "triton"
 
 
 def child_env(spec: ChildSpec) -> dict[str, str]:
@@ -74,8 +83,8 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
     env.update({
         "HOME": str(spec.work_dir),
         "TMPDIR": str(tmp),
-        "TORCH_EXTENSIONS_DIR": str(spec.build_dir / "torch_extensions"),
-        "TRITON_CACHE_DIR": str(spec.build_dir / "triton"),
+        "TORCH_EXTENSIONS_DIR": str(spec.build_outputs()[0]),
+        "TRITON_CACHE_DIR": str(spec.build_outputs()[1]),
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONUNBUFFERED": "1",
         # children take turns on the cores: an idle one's spinning OpenMP workers would slow the one
@@ -94,8 +103,9 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
 
 
 def _hide_from_children() -> None:
-    """Make this process non-dumpable, so a child of the same (non-root) user cannot read its
-    /proc/<pid>/environ or memory. Root can read them anyway: run kbv as an ordinary user."""
+    """Make this process non-dumpable, so a process of the same user cannot read its
+    /proc/<pid>/environ or memory (where a child is not in a pid namespace of its own, or as
+    another uid, this is what keeps them from it)."""
     import ctypes
 
     try:
@@ -166,26 +176,33 @@ class Sandbox:
         self._cmd_w = -1
         self._res_r = -1
         self._fds: socket.socket | None = None  # descriptors of device exports come through here
+        self.isolation = spec.isolation or resolve(SandboxMode.AUTO)
+        self.arena: SharedArena | None = None  # host tensors for this child (the CPU channel)
 
     def start(self) -> None:
         """Spawn the child (it imports torch and waits); `ready` brings up its device."""
         _hide_from_children()
-        self.spec.work_dir.mkdir(parents=True, exist_ok=True)
-        self.spec.build_dir.mkdir(parents=True, exist_ok=True)
+        iso, spec = self.isolation, self.spec
+        env = child_env(spec)  # makes the work dir and its tmp/
+        spec.build_dir.mkdir(parents=True, exist_ok=True)
+        for d in spec.build_outputs():
+            d.mkdir(exist_ok=True)
+        give((spec.work_dir, *spec.build_outputs()), iso.owner)
+        self.arena = SharedArena(owner=iso.owner)
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(theirs.fileno()),
-                 str(os.getpid())],
-                pass_fds=(cmd_r, res_w, theirs.fileno()), cwd=self.spec.work_dir, env=child_env(self.spec),
+                iso.command(self._child_argv(cmd_r, res_w, theirs.fileno()), self._view(env)),
+                pass_fds=(cmd_r, res_w, theirs.fileno()), cwd=spec.work_dir, env=env,
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True,
+                start_new_session=True, **iso.popen_user(gpu=spec.device != "cpu"),
             )
         except OSError as exc:
             mine.close()
-            raise SandboxError(f"cannot start a sandbox child: {exc}") from exc
+            self.arena.close()
+            raise SandboxError(f"cannot start a sandbox child ({iso.describe()}): {exc}") from exc
         finally:
             os.close(cmd_r)
             os.close(res_w)
@@ -196,6 +213,33 @@ class Sandbox:
         self.stdout = _Tail(self.proc.stdout)
         self.stderr = _Tail(self.proc.stderr)
         self.started_at = time.monotonic()
+
+    def _child_argv(self, cmd_r: int, res_w: int, sock: int) -> list[str]:
+        argv = [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(sock)]
+        iso = self.isolation
+        if not iso.full:  # in a pid namespace of its own the child's parent is bwrap's, not this pid
+            argv += ["--parent", str(os.getpid())]
+        drop = iso.child_drop()
+        if drop is not None:
+            groups = ",".join(str(g) for g in gpu_groups()) if self.spec.device != "cpu" else ""
+            argv += ["--drop", f"{drop[0]}:{drop[1]}" + (f":{groups}" if groups else "")]
+        if iso.limits:
+            argv += ["--limits", "nproc" if iso.owner is not None else "basic"]
+        return argv
+
+    def _view(self, env: dict[str, str]) -> ChildView:
+        """What the child sees in bwrap: its directories, its arena, the paths its environment names."""
+        spec = self.spec
+        assert self.arena is not None
+        paths = [p for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH") for p in env.get(k, "").split(os.pathsep)]
+        paths += [os.path.dirname(env.get("TRITON_PTXAS_PATH", ""))]
+        home = os.path.realpath(os.path.expanduser("~"))
+        # a PATH entry that holds the user's home (or is /) would bring all of it into view
+        paths = [p for p in paths if p and os.path.isabs(p) and not home.startswith(os.path.realpath(p))]
+        others = (spec.work_dir.parent, spec.build_dir.parent)  # sibling children's and builds' directories
+        return ChildView(work_dir=spec.work_dir, writable=(*spec.build_outputs(), self.arena.dir),
+                         readable=(spec.build_dir,), hidden=tuple(dict.fromkeys((*spec.hidden, *others))),
+                         env_paths=tuple(paths), gpu=spec.device != "cpu")
 
     def ready(self, timeout_s: float) -> dict[str, Any]:
         """Bring up the child's device and guards (`hello`) and pick the tensor channel. Idempotent."""
@@ -208,7 +252,8 @@ class Sandbox:
                 assert self._fds is not None
                 self.channel = DeviceChannel(self._fds, device)
             else:
-                self.channel = HostChannel()
+                assert self.arena is not None
+                self.channel = HostChannel(self.arena)
         return self.info
 
     # -- tensors across the boundary (see kbv.sandbox.channel) --------------------------------------
@@ -268,6 +313,8 @@ class Sandbox:
         except subprocess.TimeoutExpired:
             self.kill()
             return ChildFailure(Status.CRASHED, f"the child broke the protocol during {op}: {exc}", self.evidence())
+        if self.isolation.full and code > 128 and code - 128 in signal.Signals._value2member_map_:
+            code = 128 - code  # bwrap exits 128 + N for a child killed by signal N
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             msg = f"killed by {name} during {op}"
@@ -302,6 +349,12 @@ class Sandbox:
             ev["returncode"] = returncode
         return ev
 
+    def refused(self) -> list[str]:
+        """What the operating system refused the child, as its output shows (`isolation.refusals`)."""
+        if self.proc is None:
+            return []
+        return refusals(self.stderr.text() + "\n" + self.stdout.text())
+
     def kill(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
@@ -329,6 +382,8 @@ class Sandbox:
         if self.channel is not None:
             with contextlib.suppress(Exception):
                 self.channel.close()
+        if self.arena is not None:
+            self.arena.close()
         if self._fds is not None:
             self._fds.close()
             self._fds = None

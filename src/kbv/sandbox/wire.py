@@ -101,6 +101,7 @@ class TensorHandle:
     dtype: str  # "float32", ...
     shape: tuple[int, ...]
     path: str  # the shared file
+    writable: bool = False  # an output buffer; inputs are mapped copy-on-write (the child's writes stay its own)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -115,21 +116,28 @@ def dtype_from_name(name: str) -> torch.dtype:
 
 
 class SharedArena:
-    """Parent side: allocates host tensors the child can map, and removes them all at once."""
+    """Parent side: allocates host tensors the child can map, and removes them all at once.
 
-    def __init__(self) -> None:
+    Its files live in a directory of their own (one per child: a sandboxed child sees its arena and
+    no other). `owner` (uid, gid): the child's identity when it is not kbv's: the directory can be
+    searched but not listed, inputs can be read, and output buffers are given to it to write."""
+
+    def __init__(self, owner: tuple[int, int] | None = None) -> None:
         self._files: list[Path] = []
+        self.owner = owner
         base = _shm_base()
         _remove_orphans(Path(base or tempfile.gettempdir()))
-        self._dir = Path(tempfile.mkdtemp(prefix=f"kbv-shm-{os.getpid()}-", dir=base))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"kbv-shm-{os.getpid()}-", dir=base))
+        if owner is not None:
+            os.chmod(self.dir, 0o711)
 
     def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
-        """A contiguous shareable tensor (uninitialised) and its handle."""
-        return self._empty_shm(tuple(int(s) for s in shape), dtype)
+        """A contiguous shareable tensor (uninitialised) and its handle: an output buffer the child writes."""
+        return self._empty_shm(tuple(int(s) for s in shape), dtype, writable=True)
 
     def share(self, tensor: torch.Tensor) -> tuple[torch.Tensor, TensorHandle]:
-        """A shareable copy of `tensor` (same values, contiguous) and its handle."""
-        copy, handle = self.empty(tensor.shape, tensor.dtype)
+        """A shareable copy of `tensor` (same values, contiguous) and its handle: the child reads it."""
+        copy, handle = self._empty_shm(tuple(int(s) for s in tensor.shape), tensor.dtype, writable=False)
         copy.copy_(tensor.detach())
         return copy, handle
 
@@ -148,26 +156,33 @@ class SharedArena:
                 with contextlib.suppress(ValueError):
                     self._files.remove(path)
 
-    def _empty_shm(self, shape: tuple[int, ...], dtype: torch.dtype) -> tuple[torch.Tensor, TensorHandle]:
+    def _empty_shm(self, shape: tuple[int, ...], dtype: torch.dtype, writable: bool
+                   ) -> tuple[torch.Tensor, TensorHandle]:
         numel = 1
         for s in shape:
             numel *= s
         nbytes = max(numel * torch.empty((), dtype=dtype).element_size(), 1)
-        path = self._dir / uuid.uuid4().hex
+        path = self.dir / uuid.uuid4().hex
         raw = torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
         self._files.append(path)
+        if self.owner is not None:  # created 0600, kbv's: the child gets what it needs and no more
+            if writable:
+                os.chown(path, *self.owner)
+            else:
+                os.chmod(path, 0o644)
         tensor = raw.view(dtype).view(shape) if numel else torch.empty(shape, dtype=dtype)
-        handle = TensorHandle(dtype_name(dtype), shape, str(path))
+        handle = TensorHandle(dtype_name(dtype), shape, str(path), writable)
         return tensor, handle
 
     def close(self) -> None:
         """Remove the files (a child may still hold mappings: that is fine)."""
+        import shutil
+
         for path in self._files:
             with contextlib.suppress(OSError):
                 path.unlink()
         self._files.clear()
-        with contextlib.suppress(OSError):
-            self._dir.rmdir()
+        shutil.rmtree(self.dir, ignore_errors=True)  # with whatever a child left in it
 
     def __enter__(self) -> SharedArena:
         return self
@@ -202,7 +217,8 @@ def _shm_base(min_free_bytes: int = 4 << 30) -> str | None:
 
 
 def map_tensor(handle: TensorHandle) -> torch.Tensor:
-    """Child side: the parent's tensor, mapped into this process."""
+    """Child side: the parent's tensor, mapped into this process: an output buffer shared, an input
+    copy-on-write (opened read-only: what the child writes into it stays in its own memory)."""
     dtype = dtype_from_name(handle.dtype)
     numel = 1
     for s in handle.shape:
@@ -210,5 +226,5 @@ def map_tensor(handle: TensorHandle) -> torch.Tensor:
     if numel == 0:
         return torch.empty(handle.shape, dtype=dtype)
     nbytes = numel * torch.empty((), dtype=dtype).element_size()
-    raw = torch.from_file(handle.path, shared=True, size=nbytes, dtype=torch.uint8)
+    raw = torch.from_file(handle.path, shared=bool(handle.writable), size=nbytes, dtype=torch.uint8)
     return raw.view(dtype).view(handle.shape)
