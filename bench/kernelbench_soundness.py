@@ -281,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py ../shared/kernelbench --device {args.device} "
-            f"--workers 8 --out ks.jsonl --markdown {args.markdown}")
+    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py {args.problems} --device {args.device} "
+            f"--workers {args.workers} --timeout {args.timeout:g} --out {args.out or 'ks.jsonl'} "
+            f"--markdown {args.markdown}")
 
 
 def _device_name(device: str) -> str:

@@ -17,7 +17,7 @@ def test_a_clean_reply_says_nothing():
 def test_output_metadata_and_before_after_comparisons_name_their_categories():
     reply = {"outputs": [{**PLAIN, "exact_type": False, "type": "LazyTensor"},
                          {**PLAIN, "internal_overlap": True, "device": "cpu"}],
-             "integrity": {"inputs_mutated": [0], "params_mutated": ["ln.weight"], "aliases_input": [1],
+             "integrity": {"inputs_mutated": [0], "params_mutated": {"ln.weight": [[64], 1.0, 1.0]}, "aliases_input": [1],
                            "aliases_parameter": ["out"]}}
     found = integrity_evidence(reply)
     assert found == {
@@ -31,15 +31,23 @@ def test_output_metadata_and_before_after_comparisons_name_their_categories():
     }
 
 
-def test_a_buffer_the_reference_also_changes_is_not_a_finding_and_any_other_is():
+def test_a_buffer_changed_as_the_reference_changed_its_own_is_not_a_finding_and_any_other_is():
     """BatchNorm in training mode: the reference's own call updates its running statistics, so a
-    candidate that does the same does its job; a parameter the reference leaves alone still counts."""
-    reply = {"outputs": [PLAIN], "integrity": {"params_mutated": ["bn.running_mean", "bn.running_var"]}}
-    assert integrity_evidence(reply, reference_mutates=("bn.running_mean", "bn.running_var")) == {}
-    reply["integrity"]["params_mutated"].append("conv.weight")
-    assert integrity_evidence(reply, reference_mutates=("bn.running_mean", "bn.running_var")) == {
-        Category.PARAMETER_MUTATED.value: "parameter(s) conv.weight changed by the call"}
+    candidate whose state changes the same way does its job, whatever it names its buffers; a change
+    the reference does not make, or a value it does not reach (answers stashed in a buffer), counts."""
+    reference = {"bn.running_mean": [[8], 0.04, 0.0003], "bn.running_var": [[8], 7.3, 6.67],
+                 "bn.num_batches_tracked": [[], 1.0, 1.0]}
+    honest = {"bn.running_mean": [[8], 0.040001, 0.0003], "bn.running_var": [[8], 7.3000001, 6.67]}
+    reply = {"outputs": [PLAIN], "integrity": {"params_mutated": honest}}
+    assert integrity_evidence(reply, reference) == {}
+    renamed = {"running_mean": [[8], 0.04, 0.0003], "running_var": [[8], 7.3, 6.67]}  # its own top-level buffers
+    assert integrity_evidence({**reply, "integrity": {"params_mutated": renamed}}, reference) == {}
+    stashed = {**honest, "bn.running_var": [[8], 812.5, 90011.0], "conv.weight": [[8, 3, 3, 3], 1.0, 2.0]}
+    assert integrity_evidence({**reply, "integrity": {"params_mutated": stashed}}, reference) == {
+        Category.PARAMETER_MUTATED.value: "parameter(s) bn.running_var, conv.weight changed by the call"}
     assert Category.PARAMETER_MUTATED.value in integrity_evidence(reply)  # a reference that changes nothing
+    forged = {"params_mutated": {"bn.running_mean": "not a print"}}
+    assert Category.PARAMETER_MUTATED.value in integrity_evidence({**reply, "integrity": forged}, reference)
 
 
 def test_python_threads_left_running_are_injection_from_the_first_call():
@@ -95,9 +103,14 @@ def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_fl
     assert retained_state(as_buffer, io) is None  # the reference's weights unknown: not judged
     category, why = retained_state(as_buffer, io, reference_weights_bytes=1 << 20)
     assert category is Category.RETAINED_STATE
-    assert "parameters and buffers 15.0 MiB beyond the reference's weights and one copy of them" in why
+    assert "parameters and buffers 16.0 MiB beyond the reference's" in why and "one copy of the weights (1.0 MiB)" in why
     assert retained_state({**as_buffer, "weights_bytes": 1 << 20}, io, reference_weights_bytes=1 << 20) is None
     # a transposed, pre-scaled copy of the weights beside them (CUDA-L1's L2/12) is the candidate's own
     assert retained_state({**as_buffer, "weights_bytes": 2 << 20}, io, reference_weights_bytes=1 << 20) is None
     assert retained_state({**as_buffer, "weights_bytes": (2 << 20) + (1 << 20) + 1}, io,
+                          reference_weights_bytes=1 << 20) is not None
+    # so is such a copy kept as an attribute (held) rather than a buffer; a second copy is not
+    assert retained_state({"bytes": 1 << 20, "where": ["model.w_t"], "weights_bytes": 1 << 20}, io,
+                          reference_weights_bytes=1 << 20) is None
+    assert retained_state({"bytes": (2 << 20) + 1, "where": ["model.w_t"], "weights_bytes": 1 << 20}, io,
                           reference_weights_bytes=1 << 20) is not None

@@ -131,11 +131,13 @@ def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_probl
     for name in ("2_Zeroed", "4_Noisy", "5_Broken"):
         (cands / f"{name}__mine.py").write_text(HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n"
                                                 "        return x * 0 + 0.0\n")
+    # a reply with no code: its verdict needs no problem, and must not clear the other pair's failure
+    (cands / "5_Broken__empty.py").write_text("# the model wrote nothing\n")
     run = tmp_path / "run"
     config = EvalConfig(candidates=str(cands), problems=str(problems.parent), protocol="both", device="cpu",
                         run_dir=str(run), cache_dir=str(tmp_path / "cache"), seed=5, timer_budget_s=1.0, ci_target=0.1)
     result = evaluate(config)
-    verified = {v.problem: v for v in result.verdicts if v.protocol == "verified"}
+    verified = {v.problem: v for v in result.verdicts if v.protocol == "verified" and v.status is not Status.NO_CODE}
     assert set(verified) == {"L1/2_Zeroed", "L1/4_Noisy"}
     assert [f.problem for f in result.problem_failures] == ["L1/5_Broken"]
     zeroed, noisy = verified["L1/2_Zeroed"], verified["L1/4_Noisy"]
@@ -144,15 +146,17 @@ def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_probl
     assert "nondeterministic reference" in noisy.message
     assert zeroed.speedup is None and noisy.speedup is None
     assert Category.UNSOUND_PROBLEM in zeroed.categories and Category.UNSOUND_PROBLEM in noisy.categories
-    assert {v.problem for v in result.verdicts if v.protocol == "standard"} == {"L1/2_Zeroed", "L1/4_Noisy"}
+    assert {v.problem for v in result.verdicts if v.protocol == "standard" and v.status is not Status.NO_CODE} == {
+        "L1/2_Zeroed", "L1/4_Noisy"}
 
     report = load_report(run)
     verified_metrics = report.metrics["verified"]["all"]
-    assert verified_metrics.pairs == 2 and verified_metrics.passed == 0 and verified_metrics.correct_rate == 0.0
-    assert verified_metrics.statuses == {"unsound_problem": 2}
-    assert sorted((f["problem"], f["protocol"]) for f in report.problem_failures) == [
-        ("L1/5_Broken", "standard"), ("L1/5_Broken", "verified")]
-    assert "the data file is missing" in report.problem_failures[0]["message"]
+    assert verified_metrics.pairs == 3 and verified_metrics.passed == 0 and verified_metrics.correct_rate == 0.0
+    assert verified_metrics.statuses == {"unsound_problem": 2, "no_code": 1}
+    assert sorted((f.problem, f.protocol, f.pairs) for f in report.problem_failures) == [
+        ("L1/5_Broken", "standard", 1), ("L1/5_Broken", "verified", 1)]
+    assert "the data file is missing" in report.problem_failures[0].message
+    assert {v.status for v in report.verdicts if v.problem == "L1/5_Broken"} == {Status.NO_CODE}
 
     runner = CliRunner()
     table = runner.invoke(app, ["report", str(run)], env={"COLUMNS": "200"})
@@ -160,7 +164,8 @@ def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_probl
     assert table.output.count("unsound_problem") >= 2 and "Problem failures" in table.output
     assert "the data file is missing" in table.output
     as_json = json.loads(runner.invoke(app, ["report", str(run), "--format", "json"]).output)
-    assert sorted(v["status"] for v in as_json["verdicts"] if v["protocol"] == "verified") == ["unsound_problem"] * 2
+    assert sorted(v["status"] for v in as_json["verdicts"] if v["protocol"] == "verified") == [
+        "no_code", "unsound_problem", "unsound_problem"]
     assert {f["problem"] for f in as_json["problem_failures"]} == {"L1/5_Broken"}
     lines = runner.invoke(app, ["report", str(run), "--format", "jsonl"]).output.splitlines()
     assert sum(json.loads(line)["status"] == "unsound_problem" for line in lines) == 2
@@ -170,4 +175,5 @@ def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_probl
     assert page.count("status-unsound_problem") == 2 and 'id="problem-failures"' in page
 
     again = evaluate(config)  # the unsound verdicts are resumed; the failed problem is tried again
-    assert again.resumed == 4 and again.evaluated == 0 and len(again.problem_failures) == 1
+    assert again.resumed == 6 and again.evaluated == 0 and len(again.problem_failures) == 1
+    assert len(load_report(run).problem_failures) == 2  # still standing

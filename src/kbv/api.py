@@ -32,7 +32,7 @@ from kbv.sandbox.isolation import SandboxMode, check_strict
 from kbv.sandbox.isolation import resolve as resolve_isolation
 from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device, resolve_devices
 from kbv.store import Store, open_store, pair_key
-from kbv.verdict import Verdict
+from kbv.verdict import ProblemFailure, Verdict
 
 PROTOCOL_CHOICES = ("standard", "verified", "both")
 EXECUTOR_CHOICES = ("local", "ray")
@@ -66,12 +66,6 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
-class ProblemFailure:
-    problem: str
-    message: str
-
-
-@dataclass(frozen=True)
 class RunResult:
     run_dir: Path
     verdicts: tuple[Verdict, ...]  # this invocation's pairs, evaluated now or resumed
@@ -87,9 +81,7 @@ class Report:
     verdicts: tuple[Verdict, ...]
     metrics: dict[str, dict[str, Metrics]]
     pass_at_k: dict[str, dict[str, float]] = field(default_factory=dict)
-    # problems whose own code failed under a protocol, with no verdict since: {problem, problem_hash,
-    # protocol, message, created_at}
-    problem_failures: tuple[dict[str, str], ...] = ()
+    problem_failures: tuple[ProblemFailure, ...] = ()  # standing: pairs of them have no verdict yet
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,7 +89,7 @@ class Report:
             "verdicts": [v.to_dict() for v in self.verdicts],
             "metrics": {p: {g: asdict(m) for g, m in groups.items()} for p, groups in self.metrics.items()},
             "pass_at_k": self.pass_at_k,
-            "problem_failures": list(self.problem_failures),
+            "problem_failures": [asdict(f) for f in self.problem_failures],
         }
 
 
@@ -379,8 +371,9 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
             verdict = fut.result()
         except ProblemError as exc:
             problem = job.pair.problem
-            failure = failures.setdefault(problem.key, ProblemFailure(problem.key, str(exc)))
-            store.put_problem_failure(problem.key, problem.hash, job.protocol, str(exc))
+            failure = ProblemFailure(problem.key, str(exc), job.protocol, problem.hash)
+            failures.setdefault(problem.key, failure)
+            store.put_problem_failure(job.key, failure)
             if progress:
                 progress(done, total, failure)
             continue

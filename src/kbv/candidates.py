@@ -142,7 +142,8 @@ def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]
             pairs.append(Pair(matches[0], cand))
         elif not matches:
             ref = _shortest(cand.problem_ref)
-            hint = did_you_mean(_bare(ref), names)
+            # a typo in a long name with __ in it: the whole name finds it, its first part may not
+            hint = did_you_mean(_bare(cand.problem_ref), names) or did_you_mean(_bare(ref), names)
             unpaired.append(Unpaired(cand, f"no problem named '{ref}'.{hint}"))
         else:
             keys = ", ".join(p.key for p in matches)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import types
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,9 +25,10 @@ class Evaluation:
     baseline: list[torch.Tensor]  # the model in its own dtype under the protocol's precision policy
     baseline_err: list[ErrorMeasure]
     exact: bool  # truth came from float64
-    # the state_dict entries the reference's own forward changes (BatchNorm's running statistics in
-    # training mode, which KernelBench never leaves): a candidate that changes them too does its job
-    mutates: tuple[str, ...] = ()
+    # what one call of the reference changes in its state, from the state it was built with: state_dict
+    # key -> [shape, sum, sum of squares] after the call (BatchNorm's running statistics in training
+    # mode, which KernelBench never leaves): a candidate that changes its state the same way does its job
+    changes: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Reference:
@@ -50,6 +51,19 @@ class Reference:
     def baseline_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
         with precision_policy(self.policy), torch.no_grad(), problem_code(self.origin, "forward"):
             return [o.detach().clone() for o in flatten_outputs(model(*inputs))]
+
+    def state_changes(self, model: Any, inputs: Sequence[Any]) -> dict[str, list[Any]]:
+        """What one baseline call of `model` on `inputs` changes in its state_dict: key -> [shape, sum,
+        sum of squares] after the call (`kbv.sandbox.integrity.state_print`)."""
+        from kbv.sandbox.integrity import changed, state_print
+
+        if not isinstance(model, torch.nn.Module):
+            return {}
+        before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.baseline_outputs(model, inputs)
+        after = model.state_dict()
+        keys = [k for k in before if k in after]
+        return {keys[i]: state_print(after[keys[i]]) for i in changed([before[k] for k in keys], [after[k] for k in keys])}
 
     def evaluate(self, model: Any, inputs: Sequence[Any]) -> Evaluation:
         with problem_code(self.origin, "forward"):

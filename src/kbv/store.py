@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kbv.errors import StoreError
-from kbv.verdict import SCHEMA_VERSION, TimingStats, Verdict
+from kbv.verdict import SCHEMA_VERSION, ProblemFailure, TimingStats, Verdict
 
 DB_NAME = "kbv.sqlite"
 
@@ -32,9 +32,9 @@ CREATE TABLE IF NOT EXISTS verdicts (
     level INTEGER, candidate TEXT NOT NULL, candidate_hash TEXT NOT NULL, model TEXT, sample INTEGER,
     protocol TEXT NOT NULL, protocol_version TEXT NOT NULL, status TEXT NOT NULL, speedup REAL,
     created_at TEXT NOT NULL, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS problem_failures (
-    problem_hash TEXT NOT NULL, protocol TEXT NOT NULL, problem TEXT NOT NULL, message TEXT NOT NULL,
-    created_at TEXT NOT NULL, PRIMARY KEY (problem_hash, protocol));
+CREATE TABLE IF NOT EXISTS pair_failures (
+    key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, protocol TEXT NOT NULL, problem TEXT NOT NULL,
+    message TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS baselines (
     key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL,
     data TEXT NOT NULL);
@@ -78,8 +78,7 @@ class Store:
             return {r[0] for r in self._db.execute("SELECT key FROM verdicts")}
 
     def put_verdict(self, key: str, verdict: Verdict) -> None:
-        """Store `verdict` under `key`; a failure of its problem under its protocol stored earlier
-        is over (the problem ran this time)."""
+        """Store `verdict` under `key`; a failure of its problem stored earlier for this pair is over."""
         data = json.dumps(verdict.to_dict())
         with self._lock, self._db:
             self._db.execute("BEGIN")
@@ -89,23 +88,28 @@ class Store:
                 (key, seq, verdict.problem, verdict.problem_hash, verdict.level, verdict.candidate,
                  verdict.candidate_hash, verdict.model, verdict.sample, verdict.protocol,
                  verdict.protocol_version, verdict.status.value, verdict.speedup, _now(), data))
-            self._db.execute("DELETE FROM problem_failures WHERE problem_hash=? AND protocol=?",
-                             (verdict.problem_hash, verdict.protocol))
+            self._db.execute("DELETE FROM pair_failures WHERE key=?", (key,))
 
     # -- problem failures -----------------------------------------------------------------------
-    def put_problem_failure(self, problem: str, problem_hash: str, protocol: str, message: str) -> None:
-        """A problem whose own code failed (or that did not fit the device) under `protocol`: its pairs
-        have no verdict, and a resumed run tries them again. The latest failure of each is kept."""
+    def put_problem_failure(self, key: str, failure: ProblemFailure) -> None:
+        """The pair of `key` has no verdict: its problem failed (`failure`, under its protocol). It
+        stands until that pair's own verdict is stored; a resumed run tries the pair again."""
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO problem_failures VALUES (?,?,?,?,?)",
-                             (problem_hash, protocol, problem, message, _now()))
+            self._db.execute("INSERT OR REPLACE INTO pair_failures VALUES (?,?,?,?,?,?)",
+                             (key, failure.problem_hash, failure.protocol, failure.problem, failure.message, _now()))
 
-    def problem_failures(self) -> list[dict[str, str]]:
-        """Every problem failure not yet followed by a verdict, in the order they happened."""
+    def problem_failures(self) -> list[ProblemFailure]:
+        """The standing failures, one per problem and protocol (how many pairs it left without a verdict,
+        the latest reason), in the order they first happened."""
         with self._lock:
             rows = self._db.execute("SELECT problem, problem_hash, protocol, message, created_at "
-                                    "FROM problem_failures ORDER BY rowid").fetchall()
-        return [dict(zip(("problem", "problem_hash", "protocol", "message", "created_at"), r)) for r in rows]
+                                    "FROM pair_failures ORDER BY rowid").fetchall()
+        grouped: dict[tuple[str, str], ProblemFailure] = {}
+        for problem, problem_hash, protocol, message, created_at in rows:
+            seen = grouped.get((problem_hash, protocol))
+            grouped[(problem_hash, protocol)] = ProblemFailure(problem, message, protocol, problem_hash,
+                                                               (seen.pairs + 1) if seen else 1, created_at)
+        return list(grouped.values())
 
     def verdicts(self, keys: Iterable[str] | None = None) -> list[Verdict]:
         """Verdicts in the order they were written (all of them, or those of `keys`)."""

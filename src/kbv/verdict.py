@@ -279,6 +279,19 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+@dataclass(frozen=True)
+class ProblemFailure:
+    """A problem whose own code failed, or that did not fit the device, under a protocol: its pairs
+    (`pairs` of them) have no verdict, and a resumed run tries them again."""
+
+    problem: str  # its key, e.g. L1/20_Other
+    message: str  # why, in one line (the latest)
+    protocol: str = ""
+    problem_hash: str = ""
+    pairs: int = 1
+    created_at: str = ""
+
+
 def finish_verdict(base: Verdict, started: float, **changes: Any) -> Verdict:
     """`base` with `changes`, its wall time since `started` (time.monotonic); a verdict on a flagged
     problem says so among its categories, whatever its status. Every protocol ends a verdict here."""

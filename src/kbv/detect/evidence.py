@@ -8,21 +8,25 @@ evidence of what was done, not proof of what was not.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kbv.protocols.verified.rules import STATE_ATOL, STATE_RTOL, WEIGHT_COPIES
 from kbv.verdict import Category
 
 
-def integrity_evidence(reply: dict[str, Any], reference_mutates: Collection[str] = ()) -> dict[str, str]:
+def integrity_evidence(reply: dict[str, Any], reference_changes: Mapping[str, Sequence[Any]] | None = None
+                       ) -> dict[str, str]:
     """Integrity violations (category value -> evidence) in a checked forward's reply: the outputs'
     own metadata and the child's before/after comparisons of inputs and parameters. A parameter or
-    buffer in `reference_mutates` (state_dict keys the reference's own call changes on the same
-    inputs: BatchNorm's running statistics in training mode) may change: it is not a finding."""
+    buffer that changed as one of the reference's own changed on the same inputs (`reference_changes`,
+    from `Reference.state_changes`: BatchNorm's running statistics in training mode), whatever its
+    name, is not a finding; any other change is."""
     found: dict[str, str] = {}
     report = dict(reply.get("integrity") or {})
     if report.get("params_mutated"):
-        report["params_mutated"] = [n for n in report["params_mutated"] if n not in set(reference_mutates)]
+        report["params_mutated"] = _unexplained(report["params_mutated"], reference_changes or {})
     for meta in reply.get("outputs", []):
         if meta.get("tensor") and not meta.get("exact_type"):
             found.setdefault(Category.NOT_A_TENSOR.value, f"the output is a {meta['type']}, not a torch.Tensor")
@@ -42,6 +46,30 @@ def integrity_evidence(reply: dict[str, Any], reference_mutates: Collection[str]
                 meta["device"] != meta["expected_device"]:
             found.setdefault(Category.WRONG_DEVICE.value, f"output on {meta['device']}")
     return found
+
+
+def _unexplained(mutated: Any, reference: Mapping[str, Sequence[Any]]) -> list[str]:
+    """The names of `mutated` (the child's name -> [shape, sum, sum of squares], or bare names) whose
+    new values no change of the reference's accounts for: one of the same shape whose sum and sum of
+    squares agree within STATE_RTOL of their scale (and STATE_ATOL an element)."""
+    if not isinstance(mutated, dict):
+        return [str(n) for n in mutated] if isinstance(mutated, list) else ["(unreadable report)"]
+    return [str(name) for name, said in mutated.items()
+            if not any(_same_change(said, ref) for ref in reference.values())]
+
+
+def _same_change(said: Any, ref: Sequence[Any]) -> bool:
+    try:
+        shape, total, squares = list(said[0]), float(said[1]), float(said[2])
+    except (TypeError, ValueError, IndexError):  # a reply the candidate forged
+        return False
+    ref_shape, ref_total, ref_squares = list(ref[0]), float(ref[1]), float(ref[2])
+    numel = max(math.prod(int(d) for d in ref_shape), 1)
+    squares_scale = max(squares, ref_squares)
+    total_scale = math.sqrt(numel * squares_scale)  # bounds |sum| (Cauchy-Schwarz): a mean near 0 is no trap
+    floor = STATE_ATOL * math.sqrt(numel)
+    return (shape == ref_shape and abs(total - ref_total) <= STATE_RTOL * total_scale + floor
+            and abs(squares - ref_squares) <= STATE_RTOL * squares_scale + floor * floor)
 
 
 def guard_evidence(report: dict[str, Any]) -> dict[str, str]:
@@ -78,7 +106,6 @@ def guard_evidence(report: dict[str, Any]) -> dict[str, str]:
 
 
 RETAINED_FLOOR_BYTES = 1 << 20  # held tensors under 1 MiB are never flagged: tables, constants, small scratch
-WEIGHT_COPIES = 1  # copies of the reference's weights a candidate may keep among its own (another layout)
 
 
 def io_bytes(inputs: Sequence[Any], outputs: Sequence[Any]) -> int:
@@ -94,10 +121,10 @@ def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,
     parameters and buffers (the load reply's `retained`, from `kbv.sandbox.retained.find_retained`),
     exceed one set of inputs plus outputs and `RETAINED_FLOOR_BYTES`: room for precomputed answers,
     more than any workspace a forward needs at once. With `reference_weights_bytes` (the reference's
-    state_dict), parameters and buffers beyond twice the reference's count as held too: answers
-    registered as a buffer. Up to one copy of the weights beside them is the candidate's own
+    state_dict), parameters and buffers beyond the reference's count as held too (answers registered
+    as a buffer), and one copy of the reference's weights held anywhere is the candidate's own
     (`WEIGHT_COPIES`): a transposed, pre-scaled or folded weight made once at construction, which
-    real kernels keep (seen on CUDA-L1's L2/12, a pre-transposed, pre-scaled GEMM weight).
+    real kernels keep (seen on CUDA-L1's L2/12 and L2/22, pre-transposed GEMM weights as buffers).
     None otherwise, or when nothing was measured."""
     from kbv.sandbox.retained import format_bytes
 
@@ -107,17 +134,17 @@ def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,
     raw = int(retained.get("device_raw_bytes") or 0)  # device memory taken outside PyTorch's allocator
     if raw and held >= 0:
         held += raw
-    extra = 0
+    extra, copies = 0, 0
     if reference_weights_bytes is not None and retained.get("weights_bytes") is not None:
-        extra = max(int(retained["weights_bytes"]) - (1 + WEIGHT_COPIES) * reference_weights_bytes, 0)
-    if held < 0 or held + extra <= max(inputs_outputs_bytes, RETAINED_FLOOR_BYTES):
+        extra = max(int(retained["weights_bytes"]) - reference_weights_bytes, 0)
+        copies = WEIGHT_COPIES * reference_weights_bytes
+    if held < 0 or held + extra <= max(inputs_outputs_bytes, RETAINED_FLOOR_BYTES) + copies:
         return None
     where = list(retained.get("where", []))[:4]
     if raw:
         where.append(f"{format_bytes(raw)} of device memory allocated outside PyTorch at import and construction")
     if extra:
-        where.append(f"parameters and buffers {format_bytes(extra)} beyond the reference's weights and one "
-                     f"copy of them")
+        where.append(f"parameters and buffers {format_bytes(extra)} beyond the reference's")
     launches = retained.get("launches") or {}
     work = (f"; {sum(launches.values())} launch(es) of its own kernels before its first call "
             f"({', '.join(sorted(launches))[:120]})") if launches else ""
@@ -125,5 +152,6 @@ def retained_state(retained: dict[str, Any] | None, inputs_outputs_bytes: int,
         work += f"; {retained['device_launches']} kernel launch(es) on the device at import and construction"
     return Category.RETAINED_STATE, (
         f"held {format_bytes(held + extra)} of tensors after import and construction besides its weights, "
-        f"more than one set of inputs and outputs ({format_bytes(inputs_outputs_bytes)}): "
+        f"more than one set of inputs and outputs ({format_bytes(inputs_outputs_bytes)})"
+        f"{f' and one copy of the weights ({format_bytes(copies)})' if copies else ''}: "
         f"{'; '.join(map(str, where)) or 'not named'}{work}")

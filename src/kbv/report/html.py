@@ -183,11 +183,11 @@ def _problem_failures(runs: RunSet) -> list[Markup]:
     failures = runs.problem_failures()
     if not failures:
         return []
-    rows = [[text(f["problem"]), text(f["protocol"]), text(f["message"]), text(run)] for run, f in failures]
-    note = element("p", text("These problems' pairs have no verdict: the problem's own code failed. "
-                             "A resumed run tries them again."))
+    rows = [[text(f.problem), text(f.protocol), text(str(f.pairs)), text(f.message), text(run)] for run, f in failures]
+    note = element("p", text("These pairs have no verdict: their problem's own code failed, or it did not fit "
+                             "the device. A resumed run tries them again."))
     return [_section("problem-failures", "Problem failures", note,
-                     table(("problem", "protocol", "why", "run"), rows, class_="problem-failures"))]
+                     table(("problem", "protocol", "pairs", "why", "run"), rows, class_="problem-failures"))]
 
 
 # -- provenance --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kbv.metrics import Metrics, metrics_by_group
 from kbv.report.leaderboard import NO_MODEL
 from kbv.report.sources import find_sources
 from kbv.store import open_store
-from kbv.verdict import Verdict
+from kbv.verdict import ProblemFailure, Verdict
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class RunSet:
         """(run directory, verdict with its model label), in order."""
         return [(str(run.path), v) for run in self.runs for v in run.verdicts]
 
-    def problem_failures(self) -> list[tuple[str, dict[str, str]]]:
+    def problem_failures(self) -> list[tuple[str, ProblemFailure]]:
         """(run directory, failure) for every problem failure still standing, in order."""
         return [(str(run.path), f) for run in self.runs for f in run.report.problem_failures]
 

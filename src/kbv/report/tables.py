@@ -20,7 +20,7 @@ from rich.text import Text
 from kbv.metrics import Metrics
 from kbv.report.format import categories_and_message, format_pct, format_speedup
 from kbv.report.leaderboard import LeaderboardRow
-from kbv.verdict import Status, Verdict
+from kbv.verdict import ProblemFailure, Status, Verdict
 
 _STYLE = {Status.CORRECT: "green", Status.VERIFIED: "green", Status.SKIPPED: "dim",
           Status.HACK: "bold red", Status.INTEGRITY_VIOLATION: "red", Status.INCORRECT: "yellow"}
@@ -183,14 +183,15 @@ def hacks_table(metrics: dict[str, dict[str, Metrics]]) -> FittedTable | None:
     return FittedTable("Hacks by category", (Col("protocol"), Col("category"), Col("verdicts", "right")), rows)
 
 
-def problem_failures_table(failures: Sequence[tuple[str, dict[str, str]]]) -> FittedTable | None:
-    """Problems whose own code failed, per protocol, with why (None when there are none): their pairs
-    have no verdict, and a resumed run tries them again."""
+def problem_failures_table(failures: Sequence[tuple[str, ProblemFailure]]) -> FittedTable | None:
+    """Problems whose own code failed (or that did not fit the device), per protocol, with how many
+    pairs have no verdict and why (None when there are none); a resumed run tries them again."""
     if not failures:
         return None
-    rows = tuple((Text(f["problem"]), f["protocol"], Text(f["message"])) for _, f in failures)
-    return FittedTable("Problem failures (no verdict: the problem's own code failed)",
-                       (Col("problem", wraps=True), Col("protocol"), Col("why", wraps=True)), rows)
+    rows = tuple((Text(f.problem), f.protocol, str(f.pairs), Text(f.message)) for _, f in failures)
+    return FittedTable("Problem failures (pairs without a verdict: the problem could not be run)",
+                       (Col("problem", wraps=True), Col("protocol"), Col("pairs", "right"), Col("why", wraps=True)),
+                       rows)
 
 
 def leaderboard_table(rows: Sequence[LeaderboardRow]) -> FittedTable:

@@ -63,7 +63,6 @@ class Child:
         self.previous_inputs: list[Any] = []  # the last call's inputs (see `_inputs`)
         self.pool: list[list[Any]] = []
         self.flush: Any = None
-        self.sync_cost: Any = None  # the timed window's synchronise, by itself (kbv.sandbox.timers.SyncCost)
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
         self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
         self.source = ""  # "candidate" or "reference", from the first load
@@ -274,7 +273,7 @@ class Child:
                 "flags_changed": self._flags_changed(),
                 "persisting_l2": self.clock.persisting_l2(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),
-                "params_mutated": [names[i] for i in ig.changed(before_params, params)],
+                "params_mutated": {names[i]: ig.state_print(params[i]) for i in ig.changed(before_params, params)},
                 "aliases_input": sorted({i for o in outs if isinstance(o, torch.Tensor)
                                          for i in ig.overlapping(o, tensors_in)}),
                 "aliases_parameter": sorted({names[i] for o in outs if isinstance(o, torch.Tensor)
@@ -442,17 +441,24 @@ class Child:
         return {"sets": len(self.pool)}
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Warm up by time; then, on a GPU, measure what the timed window's synchronise costs by itself
-        (anew before each timing: the device is quiet then)."""
-        from kbv.sandbox.timers import measure_sync_cost, warm_up
+        """Warm up by time; with `costs` (a baseline child: it runs no candidate code), on a GPU, measure
+        what the timed window costs by itself, anew before each timing (the device is quiet then)."""
+        from kbv.sandbox.timers import measure_window_costs, warm_up
 
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
         reply: dict[str, Any] = {"calls": calls}
-        if self.clock.cuda:
-            self.sync_cost = measure_sync_cost(self.clock)
-            reply["sync_cost_ms"] = [self.sync_cost.typical, self.sync_cost.high]
+        if cmd.get("costs") and self.clock.cuda:
+            costs = measure_window_costs(self.clock)
+            reply["window_costs_ms"] = [costs.launch, costs.sync]
         return reply
+
+    def _window(self, cmd: dict[str, Any]) -> Any:
+        """The timed window a command asks for: this child's flush, the costs the parent sends."""
+        from kbv.sandbox.timers import Window, WindowCosts
+
+        costs = cmd.get("costs")
+        return Window(self.flush, WindowCosts(float(costs[0]), float(costs[1])) if costs else None)
 
     def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
@@ -470,7 +476,7 @@ class Child:
         self.guards.phase = "timing"
         with self.torch.no_grad():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
-                               self.flush, keep, self.sync_cost)
+                               self._window(cmd), keep)
         self.guards.phase = "harness"
         from kbv.sandbox.guards import is_timer
 
@@ -484,6 +490,7 @@ class Child:
         from kbv.sandbox.timers import time_block
 
         pairs = []
+        window = self._window(cmd)
         self.guards.phase = "timing"
         with self.torch.no_grad():
             for inputs in cmd["sets"]:
@@ -491,8 +498,7 @@ class Child:
                 if self.device.type == "cpu":  # in this process's own memory before the first call: a
                     # freshly mapped input pays its page faults there, which the second call does not
                     args = [a.clone() if isinstance(a, self.torch.Tensor) else a for a in args]
-                pairs.append(time_block(self.clock, self.model, [args], 0, 2, self.flush,
-                                        sync_cost=self.sync_cost).device_ms)
+                pairs.append(time_block(self.clock, self.model, [args], 0, 2, window).device_ms)
         self.guards.phase = "harness"
         return {"pairs": pairs}
 

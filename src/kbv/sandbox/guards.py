@@ -64,13 +64,14 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
     if child_cls is not None:  # the harness's own command handlers (the child runs as __main__)
         module = sys.modules[child_cls.__module__]
         for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "op_bandwidth",
-                     "_copy_out", "_inputs"):
+                     "op_warmup", "op_replay", "_window", "_copy_out", "_inputs"):
             table[f"Child.{name}"] = functools.partial(lambda n: getattr(child_cls, n), name)
         for name in ("serve", "_error_reply"):
             table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
-    for mod, names in (("kbv.sandbox.timers", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth")),
+    for mod, names in (("kbv.sandbox.timers", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth",
+                                               "_call_ms", "measure_window_costs", "Window", "WindowCosts")),
                        ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output", "write_late",
-                                                  "unjoined_work")),
+                                                  "unjoined_work", "state_print")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
                        ("kbv.sandbox.memory", ("measure_forward",))):
         for name in names:
@@ -81,7 +82,9 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
                "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench", "kbv.sandbox.timers.warm_up",
-               "Child.op_time_block", "Child.op_time", "kbv.sandbox.l2.PersistingL2.reset", "kbv.sandbox.l2.PersistingL2.state")
+               "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.measure_window_costs", "kbv.sandbox.timers.Window",
+               "kbv.sandbox.timers.WindowCosts", "Child.op_time_block", "Child.op_time", "Child.op_warmup",
+               "Child.op_replay", "Child._window", "kbv.sandbox.l2.PersistingL2.reset", "kbv.sandbox.l2.PersistingL2.state")
 
 
 def is_timer(name: str) -> bool:

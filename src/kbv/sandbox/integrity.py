@@ -36,6 +36,13 @@ def changed(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> li
             if b.shape != a.shape or not torch.equal(bitwise_view(b), bitwise_view(a))]
 
 
+def state_print(t: torch.Tensor) -> list[Any]:
+    """[shape, sum, sum of squares] of a tensor in float64: what a changed parameter or buffer became,
+    compared with what the reference's own call made of its state (BatchNorm's running statistics)."""
+    x = t.detach().double()
+    return [list(t.shape), float(x.sum()), float((x * x).sum())]
+
+
 def storage_span(t: torch.Tensor) -> tuple[int, int]:
     storage = t.untyped_storage()
     start = storage.data_ptr()

@@ -9,6 +9,7 @@ same loop runs on a host clock (no flush).
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -150,71 +151,77 @@ def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]],
 
 
 @dataclass(frozen=True)
-class SyncCost:
-    """What the device-wide synchronise inside a timed window costs by itself (ms): from an event the
-    device has reached to one recorded once the synchronise has returned. `typical` is the median,
-    `high` a high percentile, over calls on an idle device (`measure_sync_cost`)."""
+class WindowCosts:
+    """What a timed window costs by itself (ms, medians over calls on an idle device; see
+    `measure_window_costs`). Both are time the device spends idle, so taking them out cannot hide
+    work: `launch`, from the start event to the end of the quickest call the host can launch (a
+    one-element fill, the device waiting on the host's launch path all the while); `sync`, from an
+    event the device has reached to one recorded once the device-wide synchronise has returned."""
 
-    typical: float
-    high: float
+    launch: float
+    sync: float
 
 
-def measure_sync_cost(clock: Clock, repeats: int = 64) -> SyncCost:
-    """The synchronise's own cost, measured as the timed window pays it (CUDA)."""
-    a, b = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
-    gaps = []
+@dataclass(frozen=True)
+class Window:
+    """How the calls of a block are timed: the L2 flush buffer (None: no flush, as on a CPU) and the
+    window's own costs to take out of every call (None: none taken out)."""
+
+    flush: torch.Tensor | None = None
+    costs: WindowCosts | None = None
+
+
+def measure_window_costs(clock: Clock, repeats: int = 64) -> WindowCosts:
+    """The timed window's own costs, measured as a call pays them (CUDA)."""
+    a, b, c = (clock.Event(enable_timing=True) for _ in range(3))
+    tiny = torch.empty(1, dtype=torch.int32, device=clock.device)
+    launch, sync = [], []
     for _ in range(repeats):
         clock.synchronize()
         clock.record(a)
-        clock.synchronize()
+        tiny.fill_(1)
         clock.record(b)
         clock.synchronize()
-        gaps.append(float(clock.elapsed_time(a, b)))
-    gaps.sort()
-    return SyncCost(gaps[len(gaps) // 2], gaps[min(len(gaps) - 1, (len(gaps) * 95) // 100)])
+        clock.record(c)
+        clock.synchronize()
+        launch.append(float(clock.elapsed_time(a, b)))
+        sync.append(float(clock.elapsed_time(b, c)))
+    return WindowCosts(statistics.median(launch), statistics.median(sync))
 
 
 def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], start: int, n: int,
-               flush: torch.Tensor | None, on_output: Callable[[int, Any], None] | None = None,
-               sync_cost: SyncCost | None = None, overlap_flush: bool = True) -> BlockResult:
+               window: Window, on_output: Callable[[int, Any], None] | None = None) -> BlockResult:
     """Time `n` calls on pool entries start, start+1, ... (CUDA; a host clock on a CPU). Each call:
-    synchronise, no persisting L2, then on the device: the L2 flush, the `begin` event, the call, the
-    `end` event on the call's stream, a DEVICE-WIDE synchronise, a `done` event. Then what
-    persisting-L2 state the call set up.
+    synchronise, no persisting L2, the L2 flush, synchronise again (nothing of ours runs beside the
+    call, and no work of the call's can hide under the flush), then on the device: the `begin`
+    event, the call, the `end` event on the call's stream, a DEVICE-WIDE synchronise, the `done`
+    event. Then what persisting-L2 state the call set up.
 
-    The flush runs on the device while the host launches the call (`overlap_flush`), as
-    KernelBench's and Triton's timers have it: a host launch path shorter than the flush is hidden,
-    as it is in a steady stream of calls. The call's time is begin -> end, what its own stream did,
-    unless work on other streams kept the device busy past `end`: then it is begin -> done less the
-    synchronise's own typical cost (`sync_cost`), so side streams count and the synchronise's return
-    does not. Without a `sync_cost`, begin -> done, the synchronise included."""
+    A call's time is begin -> done, so work on every stream counts, less the window's own costs
+    (`window.costs`: the synchronise's return and the quickest launch, idle time both), and never
+    less than begin -> end less the launch: what its own stream did."""
     device_ms, host_ms = [], []
     persisting = None
-    events = [clock.Event(enable_timing=True) for _ in range(4)] if clock.cuda else []
+    events = [clock.Event(enable_timing=True) for _ in range(3)] if clock.cuda else []
     for i in range(n):
         args = pool[(start + i) % len(pool)]
         clock.sync()
         if clock.l2 is not None:
             clock.l2.reset()
         if clock.cuda:
-            flushed, begin, end, done = events
+            if window.flush is not None:
+                window.flush.zero_()
+                clock.synchronize()
+            begin, end, done = events
             t0 = clock.perf_counter()
-            clock.record(flushed)
-            if flush is not None:
-                flush.zero_()
-                if not overlap_flush:
-                    clock.synchronize()
-                    t0 = clock.perf_counter()
-                    clock.record(flushed)
             clock.record(begin)
             out = fn(*args)
             clock.record(end)
             clock.synchronize()
             clock.record(done)
             clock.synchronize()
-            flush_ms = float(clock.elapsed_time(flushed, begin))
-            host_ms.append(max((clock.perf_counter() - t0) * 1e3 - flush_ms, 0.0))
-            device_ms.append(_call_ms(clock, begin, end, done, sync_cost))
+            host_ms.append((clock.perf_counter() - t0) * 1e3)
+            device_ms.append(_call_ms(clock, begin, end, done, window.costs))
             persisting = persisting or clock.persisting_l2()
         else:
             t0 = clock.perf_counter()
@@ -227,15 +234,13 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
     return BlockResult(device_ms, host_ms, persisting)
 
 
-def _call_ms(clock: Clock, begin: Any, end: Any, done: Any, sync_cost: SyncCost | None) -> float:
-    """begin -> end, or begin -> done less the synchronise's typical cost when the device was busy
-    past `end` beyond the synchronise's high cost (work on other streams)."""
+def _call_ms(clock: Clock, begin: Any, end: Any, done: Any, costs: WindowCosts | None) -> float:
+    """begin -> done less the window's own costs, at least begin -> end less the launch."""
     whole = float(clock.elapsed_time(begin, done))
-    if sync_cost is None:
+    if costs is None:
         return whole
-    if float(clock.elapsed_time(end, done)) <= sync_cost.high:
-        return float(clock.elapsed_time(begin, end))
-    return max(whole - sync_cost.typical, float(clock.elapsed_time(begin, end)))
+    own_stream = float(clock.elapsed_time(begin, end))
+    return max(whole - costs.sync - costs.launch, own_stream - costs.launch, 0.0)
 
 
 def copy_bandwidth(clock: Clock, nbytes: int, repeats: int = 5) -> float:

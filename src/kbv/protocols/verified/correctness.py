@@ -94,7 +94,7 @@ def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadli
     ev = trial.evaluation
     first = forward(sb, trial.inputs, ev.baseline, deadline, poison=float("nan"), checks=True, keep=True)
     second = forward(sb, trial.inputs, ev.baseline, deadline, poison=SENTINEL)
-    for cat, why in integrity_evidence(first.reply, ev.mutates).items():
+    for cat, why in integrity_evidence(first.reply, ev.changes).items():
         result.integrity.setdefault(cat, why)
     for cat, why in guard_evidence(first.reply.get("integrity") or {}).items():
         result.hacks.setdefault(cat, why)

@@ -160,7 +160,8 @@ def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
         state = ({k: v.detach().clone() for k, v in model.state_dict().items()}
                  if isinstance(model, torch.nn.Module) else {})
         ev = reference.evaluate(model, inputs)
-        ev.mutates = _changed_state(state, model)
+        if _changed_state(state, model):  # one call from the state built, as the candidate's first is
+            ev.changes = reference.state_changes(reference.build(weight_seed), inputs)
         return inputs, state, ev
 
     return TrialData(dist, index, weight_seed, make)

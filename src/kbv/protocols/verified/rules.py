@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.1"
+PROTOCOL_VERSION = "kbv-verified-1.2"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
@@ -20,6 +20,11 @@ PRECISION_LOSS_BELOW = 1e-2  # a failing normwise error under this is precision 
 REUSE_FRACTIONS = (0.001, 0.01, 0.1)  # of the elements rewritten in place by each reuse probe
 LATE_INPUT_CYCLES = 50_000_000  # ~25 ms of GPU spin before late-written inputs arrive
 KEEP_BUDGET_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # all trials' tensors kept between candidates below this
+# a changed parameter or buffer matches one of the reference's changes (BatchNorm's running statistics)
+# when its sum and sum of squares agree within this share of their scale, or this much an element
+STATE_RTOL = 1e-2
+STATE_ATOL = 1e-5
+WEIGHT_COPIES = 1  # copies of the reference's weights a candidate may keep besides them (another layout)
 
 # probes and attribution
 REPLAY_PROBES = 3  # fresh input sets, each called twice unchanged

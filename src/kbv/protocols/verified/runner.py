@@ -196,7 +196,7 @@ class VerifiedRunner:
         with stage("timing"):
             records.speed = self._time(sb, prepared, deadline)
         with stage("probes"):
-            records.findings.append(self._replay_probe(sb, prepared, deadline))
+            records.findings.append(self._replay_probe(sb, prepared, deadline, records.speed.window_costs_ms))
         if self.copy_gbps and "candidate" in records.speed.stats:
             records.findings.append(impossible_speed(_min_dram_bytes(prepared, self.settings.l2_bytes),
                                                      records.speed.stats["candidate"].median_ms, self.copy_gbps))
@@ -242,12 +242,13 @@ class VerifiedRunner:
         return measure_speed(sb, prepared.baselines, self.timer, len(prepared.pool), check, prepared.output_like,
                              deadline)
 
-    def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> tuple[Category, str] | None:
+    def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float,
+                      costs: tuple[float, float] | None) -> tuple[Category, str] | None:
         device = torch.device(self.settings.device)
         sets = [prepared.draw(k, "replay", device) for k in range(REPLAY_PROBES)]
         refs = iter(sb.put([x for s in sets for x in s], time_left(deadline)))
         handed = [[next(refs) for _ in s] for s in sets]
-        return replayed_timing(sb.call({"op": "replay", "sets": handed}, time_left(deadline))["pairs"])
+        return replayed_timing(sb.call({"op": "replay", "sets": handed, "costs": costs}, time_left(deadline))["pairs"])
 
 
 def _child_seconds(said: Any, most: float) -> dict[str, float]:

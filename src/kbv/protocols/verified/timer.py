@@ -3,7 +3,9 @@
 The candidate and each baseline live in their own child and hold the same pool of input sets (fresh
 values, more bytes in total than the L2 cache). After a warm-up by time, the parent asks them in turn
 (ABBA order) for blocks of timed calls; each call gets the next pool entry, a cold L2, and a
-device-wide synchronise inside its timed window, whose own cost is left out (`kbv.sandbox.timers`). Sampling stops once every median is known to the
+device-wide synchronise inside its timed window. The window's own costs (the synchronise's return,
+the quickest launch: idle time) are measured by a baseline's child, which runs no
+candidate code, and sent with every block, the candidate's too (`kbv.sandbox.timers`). Sampling stops once every median is known to the
 target precision, or at a cap. A random call of every candidate block has its output copied out and
 checked against the truth. The parent's own wall clock around each block bounds what a child can
 claim: a candidate whose wall time (less the baseline child's overhead) exceeds its reported time
@@ -52,7 +54,6 @@ class _Side:
     tampered: set[str] = field(default_factory=set)
     persisting_l2: str | None = None
     cursor: int = 0
-    sync_cost_ms: float | None = None  # what the child said its window's synchronise costs (a note only)
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class SpeedResult:
     timer_s: float
     charge: float = 1.0  # the candidate's speedups are divided by this (>= 1: its wall clock exceeded its report)
     notes: tuple[str, ...] = ()
+    window_costs_ms: tuple[float, float] | None = None  # (launch, sync) taken out of every call, as measured
 
 
 def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributions: int = 1) -> int:
@@ -93,9 +95,11 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
     and dtypes (meta tensors will do)."""
     t0 = time.monotonic()
     sides = [_Side("candidate", candidate)] + [_Side(n, sb) for n, sb in baselines.items()]
+    costs = None
     for side in sides:
-        reply = side.sb.call({"op": "warmup", "ms": config.warmup_ms}, time_left(deadline))
-        side.sync_cost_ms = _sync_cost(reply.get("sync_cost_ms"))
+        measure = len(sides) > 1 and side is sides[1]  # a baseline's child: it runs no candidate code
+        reply = side.sb.call({"op": "warmup", "ms": config.warmup_ms, "costs": measure}, time_left(deadline))
+        costs = _window_costs(reply.get("window_costs_ms")) if measure else costs
     rng = random.Random(0x7137)
     findings: list[tuple[Category, str]] = []
     rechecked = 0
@@ -106,7 +110,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
             # every other candidate block copies one output out for a recheck; the copy (a device-to-
             # host transfer into fresh shared memory) is slow, so those blocks do not feed the wall clock
             recheck = rng.randrange(config.block) if side.name == "candidate" and rnd % 2 == 1 else None
-            outs = _time_one_block(side, config, pool_len, recheck, output_like, deadline)
+            outs = _time_one_block(side, config, pool_len, recheck, output_like, deadline, costs)
             if outs is not None:
                 rechecked += 1
                 index = (side.cursor - config.block + recheck) % pool_len
@@ -124,12 +128,13 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
         findings.append((Category.PERSISTING_L2, f"a timed call set up {sides[0].persisting_l2} (reset before each call)"))
     bound = wall_bound(sides[0], sides[1] if len(sides) > 1 else None)
     findings += bound.findings
-    return _result(sides, findings, rechecked, time.monotonic() - t0, bound)
+    return _result(sides, findings, rechecked, time.monotonic() - t0, bound, costs)
 
 
 def _time_one_block(side: _Side, config: TimerConfig, pool_len: int, recheck: int | None,
-                    output_like: list[torch.Tensor], deadline: float) -> list[torch.Tensor] | None:
-    command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": config.block}
+                    output_like: list[torch.Tensor], deadline: float,
+                    costs: tuple[float, float] | None) -> list[torch.Tensor] | None:
+    command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": config.block, "costs": costs}
     receipt = None
     if recheck is not None:
         fields, receipt = side.sb.expect(output_like)
@@ -151,7 +156,7 @@ def _time_one_block(side: _Side, config: TimerConfig, pool_len: int, recheck: in
 
 
 def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float,
-            bound: WallBound) -> SpeedResult:
+            bound: WallBound, costs: tuple[float, float] | None) -> SpeedResult:
     stats = {s.name: _stats(s.device_ms) for s in sides if s.device_ms}
     cand = sides[0].device_ms
     speedups, cis = {}, {}
@@ -160,16 +165,17 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
             speedups[s.name] = median(s.device_ms) / max(median(cand), 1e-9) / bound.charge
             lo, hi = bootstrap_ratio_ci(s.device_ms, cand)
             cis[s.name] = (lo / bound.charge, hi / bound.charge)
-    costs = [f"{s.name} {s.sync_cost_ms * 1e3:.1f} us" for s in sides if s.sync_cost_ms is not None]
-    notes = bound.notes + ((f"the window's device-wide synchronise, by itself, left out of each call: "
-                            f"{', '.join(costs)}",) if costs else ())
-    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, notes)
+    notes = bound.notes + ((f"the window's own costs, taken out of every call: the quickest launch "
+                            f"{costs[0] * 1e3:.1f} us, the synchronise's return {costs[1] * 1e3:.1f} us",)
+                           if costs else ())
+    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, notes, costs)
 
 
-def _sync_cost(said: Any) -> float | None:
-    """The typical synchronise cost a child reported (ms), if it is a plausible figure."""
-    if isinstance(said, list) and said and isinstance(said[0], (int, float)) and 0.0 <= said[0] < 10.0:
-        return float(said[0])
+def _window_costs(said: Any) -> tuple[float, float] | None:
+    """(launch, sync) ms from the baseline child's reply, if they are plausible figures (under 1 ms)."""
+    if isinstance(said, list) and len(said) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in said):
+        return float(said[0]), float(said[1])
     return None
 
 
