@@ -153,8 +153,8 @@ def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]],
 @dataclass(frozen=True)
 class WindowCosts:
     """What a timed window costs by itself (ms, medians over calls on an idle device; see
-    `measure_window_costs`). Both are time the device spends idle, so taking them out cannot hide
-    work: `launch`, from the start event to the end of the quickest call the host can launch (a
+    `measure_window_costs`). Both are time the device spends idle (but for the fill's own microsecond
+    or so), so taking them out hides no work worth having: `launch`, from the start event to the end of the quickest call the host can launch (a
     one-element fill, the device waiting on the host's launch path all the while); `sync`, from an
     event the device has reached to one recorded once the device-wide synchronise has returned."""
 
