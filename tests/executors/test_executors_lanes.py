@@ -19,34 +19,57 @@ from kbv.candidates import Candidate, Pair
 from kbv.cli import app
 from kbv.errors import HarnessError, ProblemRunError
 from kbv.executors import Job
-from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, pick_next
+from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, Waiting, pick_next
 from kbv.problems import Problem
 from kbv.protocols import blank_verdict
 from kbv.protocols.standard import StandardProtocol
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
-# -- pick_next: a problem stays on its lane ---------------------------------------------------------
+# -- pick_next: a problem stays on its lane, and a lane takes only pairs whose build is ready ---------
+
+
+def _w(problem: str, ready: bool = True, avoid: int | None = None, protocol: str = "standard") -> Waiting:
+    return Waiting((protocol, problem), ready, avoid)
+
+
+def _g(*problems: str) -> set[tuple[str, str]]:
+    return {("standard", p) for p in problems}
 
 
 def test_a_lane_takes_more_of_the_problem_it_holds() -> None:
-    assert pick_next([("A", None), ("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 0
-    assert pick_next([("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 1
+    assert pick_next([_w("A"), _w("B"), _w("A")], 0, _g("A"), others=_g("B"), idle=False) == 0
+    assert pick_next([_w("B"), _w("A")], 0, _g("A"), others=_g("B"), idle=False) == 1
 
 
 def test_a_lane_without_one_takes_a_problem_no_other_lane_holds() -> None:
-    assert pick_next([("A", None), ("A", None), ("B", None)], 1, None, held={"A"}, idle=False) == 2
+    assert pick_next([_w("A"), _w("A"), _w("B")], 1, set(), others=_g("A"), idle=False) == 2
 
 
 def test_only_an_idle_lane_joins_a_held_problem_and_it_joins_the_longest() -> None:
-    pending = [("A", None), ("B", None), ("B", None)]
-    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=False) is None
-    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=True) == 1
+    pending = [_w("A"), _w("B"), _w("B")]
+    assert pick_next(pending, 2, _g("C"), others=_g("A", "B"), idle=False) is None
+    assert pick_next(pending, 2, _g("C"), others=_g("A", "B"), idle=True) == 1
 
 
 def test_a_retried_pair_avoids_the_lane_that_failed_it() -> None:
-    assert pick_next([("A", 0)], 0, "A", held=set(), idle=True) is None
-    assert pick_next([("A", 0)], 1, None, held={"A"}, idle=True) == 0
+    assert pick_next([_w("A", avoid=0)], 0, _g("A"), others=set(), idle=True) is None
+    assert pick_next([_w("A", avoid=0)], 1, set(), others=_g("A"), idle=True) == 0
+
+
+def test_a_ready_pair_runs_while_an_earlier_pair_still_builds() -> None:
+    assert pick_next([_w("A", ready=False), _w("A")], 0, set(), others=set(), idle=True) == 1
+    assert pick_next([_w("A", ready=False), _w("B")], 0, _g("A"), others=set(), idle=False) == 1
+    assert pick_next([_w("A", ready=False)], 0, _g("A"), others=set(), idle=True) is None  # nothing ready: wait
+
+
+def test_a_problem_whose_pairs_are_all_ready_goes_first_and_protocols_are_apart() -> None:
+    # A still has a pair building: B, all ready, is prepared once and finished first
+    pending = [_w("A"), _w("A", ready=False), _w("B"), _w("B")]
+    assert pick_next(pending, 0, set(), others=set(), idle=True) == 2
+    # the lane holds A under the standard protocol only: a verified pair of A is a new preparation
+    both = [_w("A", protocol="verified"), _w("A")]
+    assert pick_next(both, 0, _g("A"), others=set(), idle=False) == 1
 
 
 # -- LanesExecutor over fake lanes ------------------------------------------------------------------

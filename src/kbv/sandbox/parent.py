@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -38,7 +40,7 @@ TAIL_BYTES = 16 * 1024
 # What each reply must hold. A reply that lacks it came from a broken or forged result channel
 # (the candidate can write to it): the pair fails as `crashed`, the run goes on.
 _EXPECTED = {
-    "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
+    "hello": ("pid",), "ping": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
     "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
     "memory": ("peak_bytes", "retained_bytes"), "replay": ("pairs",), "bandwidth": ("gbps",),
     "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"), "alloc": ("slot", "size", "offsets"),
@@ -60,6 +62,7 @@ class ChildSpec:
     visible_devices: str | None = None  # CUDA_VISIBLE_DEVICES for the child
     cuda_arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST (builds on CPU workers need it)
     parent_device: str | None = None  # the child's GPU in the parent's numbering ("cuda:N"), for copies
+    extra_env: tuple[tuple[str, str], ...] = ()  # set by kbv for builds (`Settings.compile_env`, MAX_JOBS)
 
 
 def child_env(spec: ChildSpec) -> dict[str, str]:
@@ -90,6 +93,7 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
     if spec.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = spec.cuda_arch_list
+    env.update(dict(spec.extra_env))
     return env
 
 
@@ -238,13 +242,18 @@ class Sandbox:
         assert self.channel is not None
         return self.channel
 
-    def call(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error)."""
+    def call(self, command: dict[str, Any], timeout_s: float,
+             paused: Callable[[], float] | None = None) -> dict[str, Any]:
+        """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error).
+        `paused`: a clock of the seconds the child has been held stopped (`kbv.placement.Holds`),
+        which do not count against `timeout_s`."""
         if self.proc is None:
             raise SandboxError("sandbox not started")
         deadline = time.monotonic() + timeout_s
         try:
             send_command(self._cmd_w, command)
+            if paused is not None:
+                deadline = self._await_reply(deadline, paused)
             reply = decode_reply(read_frame(self._res_r, deadline))
         except WireTimeout:
             self.kill()
@@ -260,6 +269,36 @@ class Sandbox:
             raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']} (missing {', '.join(missing) or 'ok'}): "
                                "the result channel was written by something other than the harness", self.evidence())
         return reply
+
+    def _await_reply(self, deadline: float, paused: Callable[[], float]) -> float:
+        """Wait until a reply begins, the deadline moving on by the time spent held; the deadline
+        for the rest of the reply."""
+        held_at_start = paused()
+        while True:
+            limit = deadline + paused() - held_at_start
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise WireTimeout()
+            ready, _, _ = select.select([self._res_r], [], [], min(remaining, 1.0))
+            if ready:
+                return max(limit, time.monotonic() + 10.0)
+
+    def started(self, timeout_s: float, paused: Callable[[], float] | None = None) -> None:
+        """Wait until the spawned child has imported torch and reads commands (it answers `ping`
+        before bringing up any device)."""
+        self.call({"op": "ping"}, timeout_s, paused)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU-seconds used so far by the child and by the processes it has waited for (a build's
+        ninja and compilers), from /proc; None where unknown."""
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            return None
+        return ticks / os.sysconf("SC_CLK_TCK")
 
     def _death(self, op: str, exc: BaseException) -> ChildFailure:
         assert self.proc is not None
