@@ -188,6 +188,68 @@ def test_a_lane_that_keeps_failing_is_retired_and_with_no_lane_left_the_harness_
     assert any(isinstance(o, HarnessError) and "every evaluation lane failed" in str(o) for o in outcomes)
 
 
+class FakeBuilds:
+    """A build pool whose builds finish when the test says (`finish`); candidates named `*__nobuild`
+    need none."""
+
+    def __init__(self) -> None:
+        self.futures: dict[str, Future[Any]] = {}
+
+    def start(self, pair: Pair) -> Future[Any]:
+        fut: Future[Any] = self.futures.setdefault(pair.candidate.name, Future())
+        if pair.candidate.name.endswith("__nobuild") and not fut.done():
+            fut.set_result(None)
+        return fut
+
+    def finish(self, name: str) -> None:
+        self.futures[name].set_result(None)
+
+    def state(self) -> Any:
+        from kbv.builds import BuildState
+
+        running = [n for n, f in self.futures.items() if not f.done()]
+        return BuildState(running=len(running), oldest=running[0] if running else None, oldest_s=12.0)
+
+    def progress_of(self, pair: Pair) -> str | None:
+        fut = self.futures.get(pair.candidate.name)
+        return None if fut is None or pair.candidate.name.endswith("__nobuild") else \
+            ("done" if fut.done() else "running 12 s")
+
+    def shutdown(self, wait: bool) -> None:
+        pass
+
+
+def _named_jobs(*names: str) -> list[Job]:
+    jobs = []
+    for i, name in enumerate(names):
+        problem_name = name.split("__")[0]
+        problem = Problem(name=problem_name, level=1, problem_id=int(problem_name.split("_")[0]),
+                          code=f"# {problem_name}\n", origin=f"{problem_name}.py")
+        cand = Candidate(code=f"# candidate {i}\n", name=name, origin=f"{name}.py", problem_ref=problem_name)
+        jobs.append(Job(Pair(problem, cand), "standard", f"key{i}"))
+    return jobs
+
+
+def test_pairs_run_as_their_builds_finish_and_one_needing_no_build_never_waits() -> None:
+    builds = FakeBuilds()
+    lane = FakeLane("cpu")
+    executor = LanesExecutor([lane], builds)  # type: ignore[arg-type]
+    jobs = _named_jobs("1_A__slow", "1_A__quick", "2_B__nobuild")
+    futures = [executor.submit(job) for job in jobs]
+    assert futures[2].result(timeout=30).status is Status.CORRECT  # while both builds compile
+    assert lane.seen == ["key2"] and not futures[0].done()
+    state = executor.state()
+    assert state.builds_running == 2 and state.next_pair == "L1/1_A/1_A__slow standard"
+    assert state.next_waits_for == "its build (running 12 s)"
+    builds.finish("1_A__quick")  # the later pair's build is ready first: it goes first
+    futures[1].result(timeout=30)
+    builds.finish("1_A__slow")
+    futures[0].result(timeout=30)
+    executor.close()
+    assert lane.seen == ["key2", "key1", "key0"]
+    assert executor.state().next_pair is None
+
+
 # -- real lanes on the CPU --------------------------------------------------------------------------
 
 

@@ -8,11 +8,14 @@ Driver (this process):
   builds never ask more of a node than its CPUs), into the cache of the node that ran it (by content
   hash, as locally). A pair's task waits for its build and needs `num_gpus=1` (`num_cpus=1` on
   `--device cpu`); Ray picks the node, so pairs start as their builds finish, in whatever order.
-  Ray's scheduler keeps CPU-only tasks off GPU nodes while a CPU-only node has room
-  (`scheduler_avoid_gpu_nodes`, on by default): on a cluster with CPU-only nodes, those take the
-  builds and the GPU nodes the pairs (`tests/executors/test_executors_ray.py` shows it on two local
-  nodes, one declaring a GPU). A pair that lands on a node without its build builds it there, once
-  per node. On a node that does both, builds keep off the cores of its pairs as local lanes do
+  Where pairs need GPUs and the cluster has CPU-only nodes (alive when the run starts), each build
+  goes to one of those, the one with the fewest builds outstanding per CPU (soft node affinity: a
+  build waits for that node's CPUs, and moves elsewhere only if the node is lost), so GPU nodes take
+  the pairs and keep their CPUs for them. Ray alone would not keep it so: its preference for
+  CPU-only nodes (`scheduler_avoid_gpu_nodes`) gives way once they are half busy, and builds then
+  land on GPU nodes (seen in the test). `tests/executors/test_executors_ray.py` shows the placement
+  on two local nodes, one declaring a GPU. Without CPU-only nodes, Ray places builds. A pair that
+  lands on a node without its build builds it there, once per node. On a node that does both, builds keep off the cores of its pairs as local lanes do
   (`kbv.placement`; the node's GPUs are its lanes).
 - Verdicts come back as the tasks finish; the caller (`kbv.api`) stores them, the only writer.
   Ctrl-C (`abort`) cancels every outstanding task (force: its worker and its children die).
@@ -105,6 +108,16 @@ class RayCluster:
             raise UsageError(f"Ray cluster {self.address}: its workers run kbv {info['kbv']}, this driver "
                              f"kbv {kbv.__version__}: install the same kbv on every node.")
         return info
+
+
+def _cpu_only_nodes(ray: Any) -> dict[str, tuple[float, int]]:
+    """The cluster's live nodes with CPUs and no GPU: node id -> (CPUs, 0 builds outstanding)."""
+    nodes = {}
+    for node in ray.nodes():
+        res = node.get("Resources", {})
+        if node.get("Alive") and res.get("CPU", 0) > 0 and not res.get("GPU"):
+            nodes[node["NodeID"]] = (float(res["CPU"]), 0)
+    return nodes
 
 
 def _device_kind(device: str, gpus: float) -> str:
@@ -244,6 +257,9 @@ class RayExecutor(Executor):
         self._build_started: dict[str, float] = {}  # build key -> when it was submitted (outstanding)
         self._refs: dict[Any, Job] = {}  # outstanding pair tasks
         self._lock = threading.Lock()
+        # CPU-only nodes -> (CPUs, builds outstanding there), where pairs take GPUs
+        self._build_nodes = _cpu_only_nodes(ray) if "num_gpus" in _resources(settings.device_type) else {}
+        self._build_node_of: dict[str, str] = {}  # build key -> the node it was sent to
         resources = ray.cluster_resources()
         self.lanes = max(1, int(resources.get("GPU" if settings.device_type == "cuda" else "CPU", 1)))
 
@@ -265,10 +281,23 @@ class RayExecutor(Executor):
     def _build_ref(self, job: Job) -> Any:
         key = build_key(job.pair.candidate, self.settings)
         if key not in self._builds:
-            ref = self._builds[key] = self._build_task.remote(job.pair.candidate, self._settings, key)
+            task = self._build_task.options(**self._build_placement(key))
+            ref = self._builds[key] = task.remote(job.pair.candidate, self._settings, key)
             self._build_started[key] = time.monotonic()
             ref.future().add_done_callback(lambda done: self._build_finished(key, done))
         return self._builds[key]
+
+    def _build_placement(self, key: str) -> dict[str, Any]:
+        """Task options that send a build to the CPU-only node least loaded per CPU (none: Ray's choice)."""
+        if not self._build_nodes:
+            return {}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = min(self._build_nodes, key=lambda n: (self._build_nodes[n][1] / self._build_nodes[n][0], n))
+        cpus, outstanding = self._build_nodes[node]
+        self._build_nodes[node] = (cpus, outstanding + 1)
+        self._build_node_of[key] = node
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)}
 
     def _build_finished(self, key: str, done: Future[Any]) -> None:
         try:
@@ -278,6 +307,10 @@ class RayExecutor(Executor):
         with self._lock:
             self._build_started.pop(key, None)
             self._built[key] = info if isinstance(info, dict) else {}
+            node = self._build_node_of.pop(key, None)
+            if node in self._build_nodes:
+                cpus, outstanding = self._build_nodes[node]
+                self._build_nodes[node] = (cpus, max(0, outstanding - 1))
 
     def state(self) -> RunState:
         now = time.monotonic()
