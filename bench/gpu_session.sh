@@ -11,7 +11,10 @@
 # onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. `pairs` runs throughput's
-# full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
+# full case (both protocols, side by side) on the examples named by PAIRS_GLOB only. `cold` is a cold run
+# of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
+# alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
+# CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -74,6 +77,13 @@ for s in "$@"; do
     scale) step scale "${SCALE_LIMIT:-420}" python3 bench/throughput.py --cases full --device cuda --timer-budget 4 \
       ${SCALE_OPTS:---devices auto --executor ray} ${SCALE_ONE_LANE:+--one-lane-from $SCALE_ONE_LANE} \
       --out "$OUT/${SCALE_NAME:-scale}.json" ;;
+    cold) step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
+      --timer-budget "${COLD_BUDGET:-2}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
+    isolation) step isolation "${ISOLATION_LIMIT:-420}" python3 bench/isolation.py --device cuda \
+      --builds "${ISOLATION_BUILDS:-14}" --reps "${ISOLATION_REPS:-3}" --modes "${ISOLATION_MODES:-none,pin,hold}" \
+      --out "$OUT/isolation.json" ;;
+    builds) step builds "${BUILDS_LIMIT:-360}" python3 bench/builds.py --kinds "${BUILDS_KINDS:-cuda_elementwise,cpp}" \
+      --breakdown --out "$OUT/builds.json" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
     *) echo "unknown step $s" ;;

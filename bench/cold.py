@@ -1,0 +1,181 @@
+"""A cold run as a user's first run of fresh samples: N unique candidates (`bench/templates.py`: a
+realistic mix of load_inline CUDA elementwise, reduction, softmax and matmul kernels, Triton and
+PyTorch ones, and C++ on a CPU), an empty build cache, both protocols, through `kbv.api.evaluate`.
+Prints a table; writes JSON.
+
+Figures: wall time against the floor (the larger of the builds' CPU-seconds over the CPUs and the
+pairs' seconds over the lanes: no schedule can beat it), the time to the first verdict against one
+build plus one pair, pairs per minute, build CPU-seconds (all, and per candidate by kind), the lanes'
+busy share (seconds in pairs over wall x lanes; `kbv.api.RunStats`), the longest stretch without a
+verdict (the CLI prints a line for each 30 s of it), and the verdicts by kind. Every template is
+honest: a verdict other than verified/correct (no_custom_kernel for PyTorch ones under verified;
+skipped for CUDA on a CPU) is reported and makes the exit status 1.
+
+On `--device cpu` the CUDA candidates are built where the toolchain allows it (a torch with CUDA, or
+`--emulate-cuda`, see bench/builds.py), then skipped: fine for build figures; the verdicts come
+from the C++, Triton and PyTorch ones.
+
+    PYTHONPATH=src python3 bench/cold.py --device cuda --n 40 --out cold.json      # GPU (full suite)
+    PYTHONPATH=src python3 bench/cold.py --device cpu --n 12                       # CPU (smoke suite)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from templates import MIX_CPU, MIX_GPU, generate  # noqa: E402
+
+
+def expected(kind: str, protocol: str, device_type: str) -> set[str]:
+    """The statuses an honest template may get."""
+    if kind.startswith("cuda") and device_type != "cuda" or kind == "cpp" and device_type == "cuda":
+        return {"skipped"}
+    if protocol == "standard":
+        return {"correct"}
+    return {"verified", "no_custom_kernel"} if kind == "torch" else {"verified"}
+
+
+def build_records(cache: Path) -> list[dict[str, Any]]:
+    """What each fresh build of the run cost, by the kind its candidate says it is."""
+    out = []
+    for marker in sorted((cache / "builds").glob("*/build.json")):
+        head = (marker.parent / "candidate.py").read_text().splitlines()[0]
+        kind = head.split("kind=")[1].split()[0] if "kind=" in head else "?"
+        data = json.loads(marker.read_text())
+        out.append({"kind": kind, "cpu_s": float(data.get("cpu_s", 0.0)), "wall_s": float(data.get("wall_s", 0.0)),
+                    "status": data.get("status")})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=None, help="candidates (default: 40 on a GPU, 12 on a CPU)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--problems", default=None, help="default: full on a GPU, smoke on a CPU")
+    parser.add_argument("--protocol", default="both")
+    parser.add_argument("--jobs", type=int, default=0)
+    parser.add_argument("--build-isolation", default="auto")
+    parser.add_argument("--no-pch", action="store_true")
+    parser.add_argument("--timer-budget", type=float, default=4.0)
+    parser.add_argument("--trials", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0, help="the mix's seed (salts are fresh every run)")
+    parser.add_argument("--emulate-cuda", action="store_true", help="build CUDA candidates with a torch without CUDA")
+    parser.add_argument("--work", default=None, help="scratch directory (default: a new temporary one)")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    from kbv.api import EvalConfig, evaluate
+    from kbv.settings import resolve_device
+
+    device = resolve_device(args.device)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    n = args.n or (40 if device_type == "cuda" else 12)
+    if args.emulate_cuda and torch.version.cuda is None:
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench" / "cudaemu"), os.environ.get("PYTHONPATH", "")])
+    work = Path(args.work or tempfile.mkdtemp(prefix="kbv-cold-"))
+    cands = work / "candidates"
+    cands.mkdir(parents=True, exist_ok=True)
+    made = generate(n, MIX_GPU if device_type == "cuda" else MIX_CPU, seed=args.seed)
+    for g in made:
+        (cands / g.file_name).write_text(g.code)
+    kind_of = {g.file_name.removesuffix(".py"): g.variant.kind for g in made}
+    print(f"{n} fresh candidates in {cands}: " + ", ".join(f"{k} {c}" for k, c in sorted(Counter(kind_of.values()).items())))
+
+    marks: list[float] = []
+    t0 = time.monotonic()
+
+    def progress(done: int, total: int, verdict: Any) -> None:
+        if verdict is None:
+            return
+        marks.append(time.monotonic() - t0)
+        print(f"  [{done}/{total}] {marks[-1]:7.1f} s {verdict.protocol:8s} {verdict.candidate:42s} "
+              f"{verdict.status.value:18s} pair {verdict.evidence.get('pair_s', 0.0):5.1f} s", flush=True)
+
+    waits: list[tuple[float, str]] = []
+
+    def watch(state: Any, since_s: float) -> None:
+        if since_s >= 30 and (not waits or since_s - waits[-1][0] >= 30 or since_s < waits[-1][0]):
+            waits.append((since_s, state.describe()))
+            print(f"  [no verdict for {since_s:.0f} s] {state.describe()}", flush=True)
+
+    config = EvalConfig(candidates=str(cands), problems=args.problems or ("full" if device_type == "cuda" else "smoke"),
+                        protocol=args.protocol, device=device, run_dir=str(work / "run"), cache_dir=str(work / "cache"),
+                        jobs=args.jobs, build_isolation=args.build_isolation, pch=not args.no_pch,
+                        timer_budget_s=args.timer_budget, trials=args.trials)
+    result = evaluate(config, progress=progress, watch=watch)
+    return report(result, kind_of, build_records(work / "cache"), marks, device_type, args.out)
+
+
+def report(result: Any, kind_of: dict[str, str], builds: list[dict[str, Any]], marks: list[float],
+           device_type: str, out: str | None) -> int:
+    stats = result.stats
+    gaps = [b - a for a, b in zip([0.0] + marks, marks)]
+    fresh = [b for b in builds if b["cpu_s"] > 0]
+    pairs = [v.evidence.get("pair_s", 0.0) for v in result.verdicts if v.evidence.get("pair_s")]
+    one_build_one_pair = (min((b["wall_s"] for b in fresh), default=0.0) + min(pairs, default=0.0))
+    per_kind: dict[str, list[float]] = defaultdict(list)
+    for b in fresh:
+        per_kind[b["kind"]].append(b["cpu_s"])
+    floor_builds = stats.build_cpu_s / max(1, stats.cpus)
+    floor_pairs = stats.pair_s / max(1, stats.lanes)
+    rows = [
+        ("pairs", f"{stats.pairs} ({len(kind_of)} candidates)"),
+        ("wall", f"{stats.wall_s:.1f} s"),
+        ("floor", f"{stats.floor_s:.1f} s  (builds {stats.build_cpu_s:.0f} CPU-s / {stats.cpus} CPUs = {floor_builds:.1f} s; "
+                  f"pairs {stats.pair_s:.1f} s / {stats.lanes} lane(s) = {floor_pairs:.1f} s)"),
+        ("wall / floor", f"{stats.wall_s / stats.floor_s:.2f}" if stats.floor_s else "-"),
+        ("first verdict", f"{stats.first_verdict_s:.1f} s  (fastest build + fastest pair: {one_build_one_pair:.1f} s)"
+         if stats.first_verdict_s is not None else "-"),
+        ("pairs per minute", f"{stats.pairs_per_min:.1f}"),
+        ("build CPU-s", f"{stats.build_cpu_s:.0f} in {stats.builds} builds ({stats.builds_cached} cached)"),
+    ]
+    for kind, cpu in sorted(per_kind.items()):
+        rows.append((f"  per {kind}", f"median {statistics.median(cpu):.1f} CPU-s over {len(cpu)}"))
+    rows += [("lanes busy", f"{100 * stats.busy_share:.0f}% of the wall"),
+             ("longest without a verdict", f"{max(gaps, default=0.0):.1f} s")]
+    print("\ncold run")
+    for name, value in rows:
+        print(f"  {name:28s} {value}")
+    by_kind: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    wrong = []
+    for v in result.verdicts:
+        kind = kind_of.get(v.candidate, "?")
+        by_kind[(kind, v.protocol)][v.status.value] += 1
+        if v.status.value not in expected(kind, v.protocol, device_type):
+            wrong.append(v)
+    print("\nverdicts by kind")
+    for (kind, protocol), counts in sorted(by_kind.items()):
+        print(f"  {kind:18s} {protocol:9s} " + ", ".join(f"{s} {c}" for s, c in sorted(counts.items())))
+    for v in wrong:
+        print(f"  UNEXPECTED {v.protocol} {v.candidate}: {v.status.value}: {v.message[:200]}")
+    for f in result.problem_failures:
+        print(f"  problem failed: {f.message[:200]}")
+    if out:
+        Path(out).write_text(json.dumps({
+            "stats": {**stats.__dict__, "pairs_per_min": stats.pairs_per_min, "busy_share": stats.busy_share,
+                      "floor_s": stats.floor_s},
+            "one_build_one_pair_s": one_build_one_pair, "longest_gap_s": max(gaps, default=0.0),
+            "builds": builds, "verdicts": [{"candidate": v.candidate, "kind": kind_of.get(v.candidate),
+                                            "protocol": v.protocol, "status": v.status.value,
+                                            "pair_s": v.evidence.get("pair_s")} for v in result.verdicts],
+            "unexpected": [v.candidate for v in wrong]}, indent=1))
+    return 1 if wrong or result.problem_failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
