@@ -181,3 +181,49 @@ def test_time_held_does_not_count_against_a_childs_timeout(tmp_path: Path) -> No
         holder.join()
         assert reply["built"] is True and time.monotonic() - t0 > 4.0  # past its timeout, held
         assert sb.cpu_seconds() is not None and sb.cpu_seconds() >= 1.0
+
+
+# -- end to end -----------------------------------------------------------------------------------
+
+RECORDS = '''\
+# cpp_sources = (none: "built" by importing it; it records where each child that imports it runs)
+import json, os
+import torch
+import torch.nn as nn
+with open(PATH, "a") as f:
+    f.write(json.dumps({"cwd": os.getcwd(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                        "cpus": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+'''
+
+
+@linux
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path) -> None:
+    import json
+
+    from kbv.api import EvalConfig, evaluate
+    from kbv.placement import current_plan
+    from sources import RELU_PROBLEM, write_tree
+
+    write_tree(tmp_path / "problems", {"level1/19_ReLU.py": RELU_PROBLEM})
+    log = tmp_path / "where.jsonl"
+    write_tree(tmp_path / "cands", {"19_ReLU__where.py": RECORDS.replace("PATH", repr(str(log)))})
+    plan = current_plan("pin", 1, "cpu")
+    result = evaluate(EvalConfig(candidates=str(tmp_path / "cands"), problems=str(tmp_path / "problems"),
+                                 device="cpu", build_isolation="pin", run_dir=str(tmp_path / "run"),
+                                 cache_dir=str(tmp_path / "cache"), seed=1))
+    assert [v.status.value for v in result.verdicts] == ["correct"], result.verdicts[0].message
+    assert result.verdicts[0].provenance["build_isolation"] == plan.describe()
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    builds = [s for s in seen if "/build-" in s["cwd"]]
+    timed = [s for s in seen if "/build-" not in s["cwd"]]
+    assert builds and timed
+    assert all(s["nice"] == BUILD_NICE and frozenset(s["cpus"]) == plan.builds for s in builds)
+    lane = plan.lane_cpus(0)
+    assert all(s["nice"] == 0 and frozenset(s["cpus"]) == lane and s["omp"] == str(len(lane)) for s in timed)

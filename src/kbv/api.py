@@ -26,7 +26,7 @@ from kbv.candidates import Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
-from kbv.placement import CorePlan, Quiet, current_plan, parse_isolation
+from kbv.placement import CorePlan, Quiet, current_plan, off_lanes, parse_isolation
 from kbv.problems import load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.settings import Settings, cuda_arch_list, default_cache_dir, resolve_device, resolve_devices
@@ -172,6 +172,7 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
         own_executor = executor is None
         if executor is None:
             executor = _executor(config, settings, devices, runners, store, secret, cluster)
+        stack.enter_context(off_lanes(executor.plan))  # this thread too keeps off the timed CPUs
         try:
             evaluated, failures, stats = _run_jobs(jobs, executor, store, progress, len(resumed), watch)
         except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored

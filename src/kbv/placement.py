@@ -201,6 +201,21 @@ def enter_lane_thread(plan: CorePlan, lane: int) -> None:
         _pin_thread(plan.lane_cpus(lane))
 
 
+@contextlib.contextmanager
+def off_lanes(plan: CorePlan | None) -> Iterator[None]:
+    """The calling thread (a run's driving thread: it stores verdicts, prints, submits) on the build
+    cores for the block, at normal priority, and back where it was after."""
+    if plan is None or not plan.pinned:
+        yield
+        return
+    before = frozenset(os.sched_getaffinity(0))
+    _pin_thread(plan.builds)
+    try:
+        yield
+    finally:
+        _pin_thread(before)
+
+
 def lower_priority() -> None:
     """The calling thread (and what it starts) at nice 19 and, where allowed, SCHED_IDLE: it runs
     only on a CPU nothing else of ours wants."""

@@ -4,6 +4,7 @@ pairs, resume across lane counts, and bad `--devices` values."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -248,6 +249,38 @@ def test_pairs_run_as_their_builds_finish_and_one_needing_no_build_never_waits()
     executor.close()
     assert lane.seen == ["key2", "key1", "key0"]
     assert executor.state().next_pair is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread priorities are Linux's")
+def test_a_build_that_finishes_on_a_build_thread_gives_its_low_priority_to_no_lane() -> None:
+    """A thread inherits its creator's priority, and a lane's threads start the children it times:
+    the pair a finished build releases is handed on by a thread at the caller's priority."""
+    from kbv.placement import lower_priority
+
+    builds = FakeBuilds()
+    lane = FakeLane("cpu")
+    handed_at: list[int] = []
+    submit = lane.submit
+
+    def recording(job: Job) -> Future[Verdict]:
+        handed_at.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return submit(job)
+
+    lane.submit = recording  # type: ignore[method-assign]
+    executor = LanesExecutor([lane], builds)  # type: ignore[arg-type]
+    (job,) = _named_jobs("1_A__slow")
+    future = executor.submit(job)
+
+    def build_thread() -> None:
+        lower_priority()
+        builds.finish("1_A__slow")
+
+    thread = threading.Thread(target=build_thread)
+    thread.start()
+    thread.join()
+    future.result(timeout=30)
+    executor.close()
+    assert handed_at == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())]
 
 
 # -- real lanes on the CPU --------------------------------------------------------------------------

@@ -71,6 +71,7 @@ class RunState:
 
 class Executor(abc.ABC):
     lanes: int = 1  # pairs it evaluates at once (for a run's busy share)
+    plan: Any = None  # the machine's `kbv.placement.CorePlan`, where it runs builds and lanes here
 
     def state(self) -> RunState:
         """What it is doing now (by default: nothing it can say)."""

@@ -23,12 +23,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import traceback
 from collections import Counter
 from collections.abc import Collection, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Protocol
@@ -150,6 +151,10 @@ class LanesExecutor(Executor):
         self._lock = threading.Lock()
         self._aborted = False
         self.lanes = len(lanes)
+        self.plan = getattr(builds, "plan", None)
+        # started here, by the caller's thread, so that it has that thread's (normal) priority
+        self._dispatch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-dispatch")
+        self._dispatch.submit(lambda: None).result()
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -161,9 +166,16 @@ class LanesExecutor(Executor):
         with self._lock:
             self._pending.append(entry)
         if entry.build is not None and not entry.build.done():
-            entry.build.add_done_callback(lambda _: self._fill())
+            entry.build.add_done_callback(self._build_done)
         self._fill(join=False)  # more may follow at once: joining a held problem waits for a lane to free
         return entry.future
+
+    def _build_done(self, _: Future[Build]) -> None:
+        """Runs on the build's thread, which has the builds' priority and cores, and so would give
+        them to any thread it started (a lane's evaluation thread, whose children are timed): the
+        pairs are handed on the dispatch thread instead."""
+        with contextlib.suppress(RuntimeError):  # shut down: nothing more is handed
+            self._dispatch.submit(self._fill)
 
     # -- handing pairs to lanes ---------------------------------------------------------------------
     def _fill(self, join: bool = True) -> None:
@@ -281,12 +293,14 @@ class LanesExecutor(Executor):
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
+        self._dispatch.shutdown(wait=False, cancel_futures=True)
         for lane in self._lanes:
             lane.executor.abort()
         if self._builds is not None:
             self._builds.shutdown(wait=False)
 
     def close(self) -> None:
+        self._dispatch.shutdown(wait=not self._aborted, cancel_futures=True)
         for lane in self._lanes:
             lane.executor.close()
         if self._builds is not None:
