@@ -11,6 +11,9 @@ verdict (the CLI prints a line for each 30 s of it), and the verdicts by kind. E
 honest: a verdict other than verified/correct (no_custom_kernel for PyTorch ones under verified;
 skipped for CUDA on a CPU) is reported and makes the exit status 1.
 
+The build cache starts empty, and so do the precompiled headers (`kbv.pch`), as on a new machine;
+`--pch-dir DIR` keeps those across runs, as a machine's cache does after its first run.
+
 On `--device cpu` the CUDA candidates are built where the toolchain allows it (a torch with CUDA, or
 `--emulate-cuda`, see bench/builds.py), then skipped: fine for build figures; the verdicts come
 from the C++, Triton and PyTorch ones.
@@ -73,6 +76,8 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="the mix's seed (salts are fresh every run)")
     parser.add_argument("--emulate-cuda", action="store_true", help="build CUDA candidates with a torch without CUDA")
+    parser.add_argument("--pch-dir", default=None, help="keep the precompiled headers here across runs (a "
+                        "machine's toolchain is warm after its first run; default: made in the run, as on a new machine)")
     parser.add_argument("--work", default=None, help="scratch directory (default: a new temporary one)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -90,6 +95,11 @@ def main() -> int:
     work = Path(args.work or tempfile.mkdtemp(prefix="kbv-cold-"))
     cands = work / "candidates"
     cands.mkdir(parents=True, exist_ok=True)
+    if args.pch_dir:  # an empty build cache, the toolchain's precompiled headers kept
+        Path(args.pch_dir).mkdir(parents=True, exist_ok=True)
+        (work / "cache").mkdir(exist_ok=True)
+        if not (work / "cache" / "pch").exists():
+            (work / "cache" / "pch").symlink_to(Path(args.pch_dir).resolve(), target_is_directory=True)
     made = generate(n, MIX_GPU if device_type == "cuda" else MIX_CPU, seed=args.seed)
     for g in made:
         (cands / g.file_name).write_text(g.code)
