@@ -80,6 +80,19 @@ def test_only_a_compile_of_one_file_that_begins_with_the_torch_header_can_use_it
     assert parse_unit(shlex.split(f"-DX -c {main} -o main.o")) is None  # no torch on its include path
 
 
+def test_the_compiler_wrapper_is_written_whole_however_many_write_it_at_once(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kbv.pch import compile_env
+
+    with ThreadPoolExecutor(8) as pool:
+        envs = list(pool.map(lambda _: compile_env(tmp_path), range(32)))
+    script = Path(envs[0]["CXX"])
+    assert all(env == envs[0] for env in envs) and os.access(script, os.X_OK)
+    assert script.read_text().endswith('-m kbv.pch "$@"\n')
+    assert sorted(p.name for p in (tmp_path / "pch").iterdir()) == ["kbv-cxx"]  # no file left half-made
+
+
 def _disassembly(obj: Path) -> str:
     out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(obj)], capture_output=True, text=True,
                          check=True).stdout

@@ -33,6 +33,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,11 @@ def compile_env(cache_dir: Path) -> dict[str, str]:
     text = ("#!/bin/sh\n# kbv's C++ compiler for extension builds: precompiled torch headers (kbv.pch)\n"
             f'exec "{sys.executable}" -m kbv.pch "$@"\n')
     if not script.exists() or script.read_text() != text:
-        tmp = root / f".kbv-cxx.{os.getpid()}"
-        tmp.write_text(text)
-        tmp.chmod(0o755)
+        # threads of one process and other processes may all write it at once: each its own file
+        fd, tmp = tempfile.mkstemp(prefix=".kbv-cxx.", dir=root)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o755)
         os.replace(tmp, script)
     real = os.environ.get("KBV_REAL_CXX") or os.environ.get("CXX") or "c++"
     return {"CXX": str(script), "KBV_REAL_CXX": real, "KBV_PCH_DIR": str(root)}
