@@ -80,9 +80,12 @@ def time_pairs(lane: Any, pair: Any, reps: int, tag: str, pool: Any) -> list[dic
             base = next(iter(timing.baselines.values())) if timing and timing.baselines else None
             ci = next(iter(timing.speedup_ci.values()), None) if timing and timing.speedup_ci else None
             rows.append({"protocol": protocol, "status": verdict.status.value, "speedup": verdict.speedup,
+                         "categories": [c.value for c in verdict.categories], "message": verdict.message[:300],
                          "candidate_ms": timing.candidate.median_ms if timing else None,
                          "baseline_ms": base.median_ms if base else None, "ci": list(ci) if ci else None,
                          "builds_running": min(running, pool.state().running)})
+            if verdict.categories:
+                print(f"  {tag:12s} {protocol:8s} {verdict.status.value}: {verdict.message[:300]}", flush=True)
             print(f"  {tag:12s} {protocol:8s} {verdict.status.value:14s} speedup {verdict.speedup or 0:7.3f} "
                   f"cand {rows[-1]['candidate_ms'] or 0:8.4f} ms base {rows[-1]['baseline_ms'] or 0:8.4f} ms "
                   f"builds {rows[-1]['builds_running']}", flush=True)
