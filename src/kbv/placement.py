@@ -87,6 +87,9 @@ class CorePlan:
         return self.mode.value
 
 
+NO_PLAN = CorePlan(Isolation.NONE, (), frozenset(), 0)  # nothing pinned, niced or held
+
+
 def plan_cores(mode: Isolation, lanes: int, device_type: str, cpus: Sequence[int],
                siblings: Mapping[int, frozenset[int]] | None = None) -> CorePlan:
     """The plan for `lanes` lanes on `cpus` (this process's usable CPUs). `siblings` maps a CPU to

@@ -38,6 +38,7 @@ from kbv.builds import Build, BuildPool, BuildState
 from kbv.errors import HarnessError, ProblemError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.executors.local import HELD_PER_PROTOCOL, PRESTART
+from kbv.placement import NO_PLAN, enter_starter_thread
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
@@ -152,8 +153,11 @@ class LanesExecutor(Executor):
         self._aborted = False
         self.lanes = len(lanes)
         self.plan = getattr(builds, "plan", None)
-        # started here, by the caller's thread, so that it has that thread's (normal) priority
-        self._dispatch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-dispatch")
+        plan = self.plan or NO_PLAN
+        # started here, by the caller's thread, so that it has that thread's (normal) priority; on
+        # the build cores, off the lanes'
+        self._dispatch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-dispatch",
+                                            initializer=enter_starter_thread, initargs=(plan,))
         self._dispatch.submit(lambda: None).result()
 
     @property
