@@ -20,6 +20,14 @@ from the C++, Triton and PyTorch ones.
 
     PYTHONPATH=src python3 bench/cold.py --device cuda --n 40 --out cold.json      # GPU (full suite)
     PYTHONPATH=src python3 bench/cold.py --device cpu --n 12                       # CPU (smoke suite)
+
+Before/after: `--candidates-from DIR/candidates` evaluates an earlier run's candidates (fresh salts
+are not drawn again), and the bench runs on an earlier kbv too (`PYTHONPATH=OLD/src`; it asks such a
+kbv nothing it lacks, and takes its figures from when the verdicts landed; build CPU-seconds are
+measured by the new kbv only):
+
+    PYTHONPATH=src python3 bench/cold.py --device cuda --work /tmp/cold-new
+    PYTHONPATH=/tmp/kbv-old/src python3 bench/cold.py --device cuda --candidates-from /tmp/cold-new/candidates
 """
 
 from __future__ import annotations
@@ -78,33 +86,59 @@ def main() -> int:
     parser.add_argument("--emulate-cuda", action="store_true", help="build CUDA candidates with a torch without CUDA")
     parser.add_argument("--pch-dir", default=None, help="keep the precompiled headers here across runs (a "
                         "machine's toolchain is warm after its first run; default: made in the run, as on a new machine)")
+    parser.add_argument("--candidates-from", default=None,
+                        help="evaluate the candidates an earlier run of this bench wrote (its DIR/candidates)")
     parser.add_argument("--work", default=None, help="scratch directory (default: a new temporary one)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
     import torch
 
-    from kbv.api import EvalConfig, evaluate
     from kbv.settings import resolve_device
 
     device = resolve_device(args.device)
     device_type = "cuda" if device.startswith("cuda") else "cpu"
-    n = args.n or (40 if device_type == "cuda" else 12)
     if args.emulate_cuda and torch.version.cuda is None:
         os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "bench" / "cudaemu"), os.environ.get("PYTHONPATH", "")])
     work = Path(args.work or tempfile.mkdtemp(prefix="kbv-cold-"))
-    cands = work / "candidates"
-    cands.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     if args.pch_dir:  # an empty build cache, the toolchain's precompiled headers kept
         Path(args.pch_dir).mkdir(parents=True, exist_ok=True)
         (work / "cache").mkdir(exist_ok=True)
         if not (work / "cache" / "pch").exists():
             (work / "cache" / "pch").symlink_to(Path(args.pch_dir).resolve(), target_is_directory=True)
-    made = generate(n, MIX_GPU if device_type == "cuda" else MIX_CPU, seed=args.seed)
+    cands, kind_of = _candidates(args, work, device_type)
+    print(f"{len(kind_of)} fresh candidates in {cands}: "
+          + ", ".join(f"{k} {c}" for k, c in sorted(Counter(kind_of.values()).items())))
+    result, marks = _evaluate(args, cands, work, device)
+    return report(result, kind_of, build_records(work / "cache"), marks, device_type, args.out)
+
+
+def _candidates(args: argparse.Namespace, work: Path, device_type: str) -> tuple[Path, dict[str, str]]:
+    """The candidates' directory and each one's kind: made now, or an earlier run's."""
+    if args.candidates_from:
+        cands = Path(args.candidates_from)
+        kind_of = {}
+        for f in sorted(cands.glob("*.py")):
+            head = f.read_text().splitlines()[0]
+            kind_of[f.stem] = head.split("kind=")[1].split()[0] if "kind=" in head else "?"
+        return cands, kind_of
+    cands = work / "candidates"
+    cands.mkdir(parents=True, exist_ok=True)
+    made = generate(args.n or (40 if device_type == "cuda" else 12),
+                    MIX_GPU if device_type == "cuda" else MIX_CPU, seed=args.seed)
     for g in made:
         (cands / g.file_name).write_text(g.code)
-    kind_of = {g.file_name.removesuffix(".py"): g.variant.kind for g in made}
-    print(f"{n} fresh candidates in {cands}: " + ", ".join(f"{k} {c}" for k, c in sorted(Counter(kind_of.values()).items())))
+    return cands, {g.file_name.removesuffix(".py"): g.variant.kind for g in made}
+
+
+def _evaluate(args: argparse.Namespace, cands: Path, work: Path, device: str) -> tuple[Any, list[float]]:
+    """`kbv.api.evaluate` on the candidates, the seconds at which each verdict landed. It runs on an
+    earlier kbv too (PYTHONPATH=OLD/src: what it lacks, it is not asked for), for a before/after."""
+    import dataclasses
+    import inspect
+
+    from kbv.api import EvalConfig, evaluate
 
     marks: list[float] = []
     t0 = time.monotonic()
@@ -116,51 +150,68 @@ def main() -> int:
         print(f"  [{done}/{total}] {marks[-1]:7.1f} s {verdict.protocol:8s} {verdict.candidate:42s} "
               f"{verdict.status.value:18s} pair {verdict.evidence.get('pair_s', 0.0):5.1f} s", flush=True)
 
-    waits: list[tuple[float, str]] = []
+    last_line = [0.0]
 
-    def watch(state: Any, since_s: float) -> None:
-        if since_s >= 30 and (not waits or since_s - waits[-1][0] >= 30 or since_s < waits[-1][0]):
-            waits.append((since_s, state.describe()))
+    def watch(state: Any, since_s: float) -> None:  # as the CLI prints it off a terminal
+        if since_s < last_line[0]:  # a verdict landed since the last line
+            last_line[0] = 0.0
+        if since_s >= 30 and since_s - last_line[0] >= 30:
+            last_line[0] = since_s
             print(f"  [no verdict for {since_s:.0f} s] {state.describe()}", flush=True)
 
-    config = EvalConfig(candidates=str(cands), problems=args.problems or ("full" if device_type == "cuda" else "smoke"),
+    fields = {f.name for f in dataclasses.fields(EvalConfig)}
+    extra = {k: v for k, v in (("build_isolation", args.build_isolation), ("pch", not args.no_pch)) if k in fields}
+    config = EvalConfig(candidates=str(cands), problems=args.problems or ("full" if device.startswith("cuda") else "smoke"),
                         protocol=args.protocol, device=device, run_dir=str(work / "run"), cache_dir=str(work / "cache"),
-                        jobs=args.jobs, build_isolation=args.build_isolation, pch=not args.no_pch,
-                        timer_budget_s=args.timer_budget, trials=args.trials)
-    result = evaluate(config, progress=progress, watch=watch)
-    return report(result, kind_of, build_records(work / "cache"), marks, device_type, args.out)
+                        jobs=args.jobs, timer_budget_s=args.timer_budget, trials=args.trials, **extra)
+    kwargs = {"watch": watch} if "watch" in inspect.signature(evaluate).parameters else {}
+    return evaluate(config, progress=progress, **kwargs), marks
 
 
 def report(result: Any, kind_of: dict[str, str], builds: list[dict[str, Any]], marks: list[float],
            device_type: str, out: str | None) -> int:
-    stats = result.stats
-    gaps = [b - a for a, b in zip([0.0] + marks, marks)]
+    import kbv
+
+    stats = getattr(result, "stats", None)  # an earlier kbv has none: the figures come from the marks
+    pair_s = [float(v.evidence.get("pair_s", 0.0)) for v in result.verdicts if v.evidence.get("pair_s")]
+    wall = marks[-1] if marks else 0.0
+    cpus = len(os.sched_getaffinity(0))
+    lanes = stats.lanes if stats else 1
     fresh = [b for b in builds if b["cpu_s"] > 0]
-    pairs = [v.evidence.get("pair_s", 0.0) for v in result.verdicts if v.evidence.get("pair_s")]
-    one_build_one_pair = (min((b["wall_s"] for b in fresh), default=0.0) + min(pairs, default=0.0))
+    build_cpu = stats.build_cpu_s if stats else (sum(b["cpu_s"] for b in fresh) or None)
+    floor = max((build_cpu or 0.0) / cpus, sum(pair_s) / lanes)
+    gaps = [b - a for a, b in zip([0.0] + marks, marks)]
+    one_build_one_pair = min((b["wall_s"] for b in builds if b["wall_s"]), default=0.0) + min(pair_s, default=0.0)
+    figures = {"kbv": getattr(kbv, "__version__", "?"), "source": str(Path(kbv.__file__).parent), "pairs": len(marks),
+               "wall_s": round(wall, 1), "floor_s": round(floor, 1), "wall_over_floor": round(wall / floor, 2) if floor else None,
+               "first_verdict_s": round(marks[0], 1) if marks else None,
+               "one_build_one_pair_s": round(one_build_one_pair, 1),
+               "pairs_per_min": round(60 * len(marks) / wall, 1) if wall else None,
+               "build_cpu_s": round(build_cpu, 1) if build_cpu is not None else None,
+               "builds": len(builds), "busy_share": round(sum(pair_s) / (wall * lanes), 2) if wall else None,
+               "longest_without_verdict_s": round(max(gaps, default=0.0), 1)}
     per_kind: dict[str, list[float]] = defaultdict(list)
     for b in fresh:
         per_kind[b["kind"]].append(b["cpu_s"])
-    floor_builds = stats.build_cpu_s / max(1, stats.cpus)
-    floor_pairs = stats.pair_s / max(1, stats.lanes)
-    rows = [
-        ("pairs", f"{stats.pairs} ({len(kind_of)} candidates)"),
-        ("wall", f"{stats.wall_s:.1f} s"),
-        ("floor", f"{stats.floor_s:.1f} s  (builds {stats.build_cpu_s:.0f} CPU-s / {stats.cpus} CPUs = {floor_builds:.1f} s; "
-                  f"pairs {stats.pair_s:.1f} s / {stats.lanes} lane(s) = {floor_pairs:.1f} s)"),
-        ("wall / floor", f"{stats.wall_s / stats.floor_s:.2f}" if stats.floor_s else "-"),
-        ("first verdict", f"{stats.first_verdict_s:.1f} s  (fastest build + fastest pair: {one_build_one_pair:.1f} s)"
-         if stats.first_verdict_s is not None else "-"),
-        ("pairs per minute", f"{stats.pairs_per_min:.1f}"),
-        ("build CPU-s", f"{stats.build_cpu_s:.0f} in {stats.builds} builds ({stats.builds_cached} cached)"),
-    ]
-    for kind, cpu in sorted(per_kind.items()):
-        rows.append((f"  per {kind}", f"median {statistics.median(cpu):.1f} CPU-s over {len(cpu)}"))
-    rows += [("lanes busy", f"{100 * stats.busy_share:.0f}% of the wall"),
-             ("longest without a verdict", f"{max(gaps, default=0.0):.1f} s")]
-    print("\ncold run")
-    for name, value in rows:
-        print(f"  {name:28s} {value}")
+    figures["build_cpu_s_median_by_kind"] = {k: round(statistics.median(v), 1) for k, v in sorted(per_kind.items())}
+    print(f"\ncold run (kbv {figures['kbv']} from {figures['source']})")
+    for name, value in figures.items():
+        if name not in ("kbv", "source"):
+            print(f"  {name:28s} {value}")
+    print(f"  (floor: the larger of build CPU-s / {cpus} CPUs and pair seconds / {lanes} lane(s); busy share: "
+          "seconds in pairs over wall x lanes)")
+    wrong = _verdicts_by_kind(result, kind_of, device_type)
+    if out:
+        Path(out).write_text(json.dumps({"figures": figures, "builds": builds, "unexpected": [v.candidate for v in wrong],
+                                         "verdicts": [{"candidate": v.candidate, "kind": kind_of.get(v.candidate),
+                                                       "protocol": v.protocol, "status": v.status.value,
+                                                       "pair_s": v.evidence.get("pair_s")} for v in result.verdicts]},
+                                        indent=1))
+    return 1 if wrong or result.problem_failures else 0
+
+
+def _verdicts_by_kind(result: Any, kind_of: dict[str, str], device_type: str) -> list[Any]:
+    """Print the statuses by kind; return the verdicts an honest template should not have got."""
     by_kind: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     wrong = []
     for v in result.verdicts:
@@ -175,16 +226,7 @@ def report(result: Any, kind_of: dict[str, str], builds: list[dict[str, Any]], m
         print(f"  UNEXPECTED {v.protocol} {v.candidate}: {v.status.value}: {v.message[:200]}")
     for f in result.problem_failures:
         print(f"  problem failed: {f.message[:200]}")
-    if out:
-        Path(out).write_text(json.dumps({
-            "stats": {**stats.__dict__, "pairs_per_min": stats.pairs_per_min, "busy_share": stats.busy_share,
-                      "floor_s": stats.floor_s},
-            "one_build_one_pair_s": one_build_one_pair, "longest_gap_s": max(gaps, default=0.0),
-            "builds": builds, "verdicts": [{"candidate": v.candidate, "kind": kind_of.get(v.candidate),
-                                            "protocol": v.protocol, "status": v.status.value,
-                                            "pair_s": v.evidence.get("pair_s")} for v in result.verdicts],
-            "unexpected": [v.candidate for v in wrong]}, indent=1))
-    return 1 if wrong or result.problem_failures else 0
+    return wrong
 
 
 if __name__ == "__main__":

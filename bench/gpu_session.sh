@@ -15,6 +15,8 @@
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
 # CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
+# `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
+# earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -79,6 +81,9 @@ for s in "$@"; do
       --out "$OUT/${SCALE_NAME:-scale}.json" ;;
     cold) step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
       --timer-budget "${COLD_BUDGET:-2}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
+    cold-before) step cold-before "${COLD_LIMIT:-580}" env PYTHONPATH="$(realpath "${BEFORE_SRC:-.dev/before}")/src" \
+      python3 bench/cold.py --device cuda --candidates-from /tmp/kbv-cold/candidates --timer-budget "${COLD_BUDGET:-2}" \
+      --work /tmp/kbv-cold-before --out "$OUT/cold-before.json" ;;
     isolation) step isolation "${ISOLATION_LIMIT:-420}" python3 bench/isolation.py --device cuda \
       --builds "${ISOLATION_BUILDS:-14}" --reps "${ISOLATION_REPS:-3}" --modes "${ISOLATION_MODES:-none,pin,hold}" \
       --out "$OUT/isolation.json" ;;
