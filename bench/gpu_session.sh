@@ -79,9 +79,9 @@ for s in "$@"; do
     scale) step scale "${SCALE_LIMIT:-420}" python3 bench/throughput.py --cases full --device cuda --timer-budget 4 \
       ${SCALE_OPTS:---devices auto --executor ray} ${SCALE_ONE_LANE:+--one-lane-from $SCALE_ONE_LANE} \
       --out "$OUT/${SCALE_NAME:-scale}.json" ;;
-    cold) step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
+    cold) rm -rf /tmp/kbv-cold; step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
       --timer-budget "${COLD_BUDGET:-2}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
-    cold-before) step cold-before "${COLD_LIMIT:-580}" env PYTHONPATH="$(realpath "${BEFORE_SRC:-.dev/before}")/src" \
+    cold-before) rm -rf /tmp/kbv-cold-before; step cold-before "${COLD_LIMIT:-580}" env PYTHONPATH="$(realpath "${BEFORE_SRC:-.dev/before}")/src" \
       python3 bench/cold.py --device cuda --candidates-from /tmp/kbv-cold/candidates --timer-budget "${COLD_BUDGET:-2}" \
       --work /tmp/kbv-cold-before --out "$OUT/cold-before.json" ;;
     isolation) step isolation "${ISOLATION_LIMIT:-420}" python3 bench/isolation.py --device cuda \
