@@ -75,3 +75,21 @@ def test_an_idle_lane_says_nothing_is_evaluating(tmp_path: Path) -> None:
     state = lane.state()
     lane.close()
     assert state.evaluating == () and state.builds_running == 0
+
+
+def test_a_gpu_short_of_free_memory_keeps_only_the_problem_in_hand(tmp_path: Path, monkeypatch: Any) -> None:
+    import torch
+
+    free = {"bytes": 90}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 100))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runner = CountingRunner()
+    settings = Settings(device="cuda:0", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": runner})  # type: ignore[dict-item]
+    lane._context(runner, _pair("1_A"))
+    lane._context(runner, _pair("2_B"))
+    assert runner.live == {"1_A", "2_B"}  # room enough: both held
+    free["bytes"] = 10
+    lane._context(runner, _pair("2_B"))
+    assert runner.live == {"2_B"} and runner.released == ["1_A"]
+    lane.close()

@@ -45,6 +45,9 @@ PRESTART = 2  # children started ahead of their pair
 # another's pairs run is not prepared again; more would hold more device memory (inputs, references
 # and a baseline child each) for little.
 HELD_PER_PROTOCOL = 2
+# Below this share of the device's memory free, a lane keeps only the problem of the pair in hand:
+# what it holds for later pairs must not leave a candidate short (an out-of-memory verdict).
+FREE_SHARE_TO_HOLD = 0.25
 
 
 @dataclass
@@ -225,6 +228,7 @@ class LocalExecutor(Executor):
             context = held[pair.problem.hash]
             if isinstance(context, ProblemError):
                 raise type(context)(str(context))
+            self._keep_device_memory(pair)
             return context
         if len(held) >= HELD_PER_PROTOCOL:
             self._release(runner, held, next(iter(held)))
@@ -244,7 +248,22 @@ class LocalExecutor(Executor):
             self._return_device_memory(collect=True)
             raise type(failure)(str(failure))
         held[pair.problem.hash] = context
+        self._keep_device_memory(pair)
         return context
+
+    def _keep_device_memory(self, pair: Pair) -> None:
+        """On a GPU short of free memory, release every held problem but `pair`'s (any protocol)."""
+        if self.settings.device_type != "cuda" or not any(
+                problem != pair.problem.hash for held in self._contexts.values() for problem in held):
+            return
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(self.settings.device))
+        if free >= FREE_SHARE_TO_HOLD * total:
+            return
+        for name, held in self._contexts.items():
+            for problem in [p for p in held if p != pair.problem.hash]:
+                self._release(self.runners[name], held, problem)
 
     def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
         """`runner.prepare`; out of device memory with other problems held, once more after they are
