@@ -159,6 +159,9 @@ def ensure_pch(root: Path, compiler: str, unit: Unit) -> Path | None:
             return None  # being made by another build: this one compiles as it would without
         if (variant / "ok").exists():
             return variant
+        for stale in (variant / "torch").glob(".extension.h.gch.*"):  # a build killed while making it
+            with contextlib.suppress(OSError):
+                stale.unlink()
         return variant if _build(variant, compiler, unit) else None
 
 
