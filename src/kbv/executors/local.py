@@ -11,8 +11,9 @@ also hands a lane only pairs whose builds are ready.
   serves one candidate and one protocol, and is closed after it.
 - Pairs are evaluated in submission order on one thread, and only one pair uses the device at a
   time. A lane holds up to `HELD_PER_PROTOCOL` prepared problems per protocol (the least recently
-  used is released first), so that each problem is prepared once for all its candidates even when
-  their builds finish out of order. Device work of our own that could disturb a measurement (a child
+  used is released first; on a GPU with less than `FREE_SHARE_TO_HOLD` of its memory free, only the
+  pair's own), so that each problem is prepared once for all its candidates even when their builds
+  finish out of order. Device work of our own that could disturb a measurement (a child
   bringing up its CUDA context) waits while a pair is timed or its memory measured.
 - Each verdict carries where its wall time went (`evidence["stages_s"]`, `evidence["pair_s"]`).
 """
