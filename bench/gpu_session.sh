@@ -17,6 +17,12 @@
 # bwrap first on PATH for every later step; `bwrap-probe` says what this machine allows (user
 # namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
 # with and without the sandbox on the GPU.
+# `cold` is a cold run
+# of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
+# alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
+# CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
+# `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
+# earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -90,6 +96,16 @@ for s in "$@"; do
       ls -la /dev/nvidia* | head -20;
       python3 -c "from kbv.sandbox.isolation import SandboxMode, resolve; print(resolve(SandboxMode.AUTO).describe())"' ;;
     sandbox-bench) step sandbox-bench 300 python3 bench/sandbox_startup.py --device cuda --repeats "${SANDBOX_REPEATS:-6}" ;;
+    cold) rm -rf /tmp/kbv-cold; step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
+      --timer-budget "${COLD_BUDGET:-2}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
+    cold-before) rm -rf /tmp/kbv-cold-before; step cold-before "${COLD_LIMIT:-580}" env PYTHONPATH="$(realpath "${BEFORE_SRC:-.dev/before}")/src" \
+      python3 bench/cold.py --device cuda --candidates-from /tmp/kbv-cold/candidates --timer-budget "${COLD_BUDGET:-2}" \
+      --work /tmp/kbv-cold-before --out "$OUT/cold-before.json" ;;
+    isolation) step isolation "${ISOLATION_LIMIT:-420}" python3 bench/isolation.py --device cuda \
+      --builds "${ISOLATION_BUILDS:-14}" --reps "${ISOLATION_REPS:-3}" --modes "${ISOLATION_MODES:-none,pin,hold}" \
+      --out "$OUT/isolation.json" ;;
+    builds) step builds "${BUILDS_LIMIT:-360}" python3 bench/builds.py --kinds "${BUILDS_KINDS:-cuda_elementwise,cpp}" \
+      --breakdown --out "$OUT/builds.json" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
     probe) step probe 30 bash -c 'nproc; id; unshare -Ur true && echo "user namespaces: yes" || echo "user namespaces: no";

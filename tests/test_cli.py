@@ -221,3 +221,21 @@ def test_a_run_or_cache_dir_that_is_a_file_exits_2(tmp_path: Path, option: str) 
     result = invoke("eval", str(cands), "--device", "cpu", *[x for kv in dirs.items() for x in kv])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     assert result.stderr.startswith("error:") and "a_file" in _squash(result.stderr)
+
+
+def test_off_a_terminal_a_run_without_a_verdict_for_30_s_prints_one_line_what_it_waits_on(capsys) -> None:
+    from kbv.cli import WAIT_LINE_S, _progress
+    from kbv.executors import RunState
+
+    state = RunState(builds_running=14, builds_queued=3, oldest_build="1_Matmul__x", oldest_build_s=95.0,
+                     evaluating=("cuda:0: L1/2_ReLU/2_ReLU__y verified timing 12 s",),
+                     next_pair="L1/3_GELU/3_GELU__z standard", next_waits_for="its build (running 40 s)")
+    with _progress("table") as (progress, watch):
+        for since in (1.0, WAIT_LINE_S - 1, WAIT_LINE_S + 0.5, WAIT_LINE_S + 10, 2 * WAIT_LINE_S + 1):
+            watch(state, since)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"[no verdict for {WAIT_LINE_S + 0.5:.0f} s] {state.describe()}",
+                     f"[no verdict for {2 * WAIT_LINE_S + 1:.0f} s] {state.describe()}"]  # again every 30 s
+    assert state.describe() == ("builds: 14 running (oldest 1_Matmul__x, 95 s), 3 queued; "
+                                "cuda:0: L1/2_ReLU/2_ReLU__y verified timing 12 s; "
+                                "next: L1/3_GELU/3_GELU__z standard, waiting for its build (running 40 s)")

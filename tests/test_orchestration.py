@@ -95,3 +95,48 @@ def test_an_interrupt_aborts_the_executor_keeps_what_was_stored_and_the_rerun_fi
     result = evaluate(_config(tree), executor=rest)
     assert result.resumed == 2 and result.evaluated == 1 and len(rest.submitted) == 1
     assert len(load_report(tree / "run").verdicts) == 3
+
+
+class _Slow(FakeExecutor):
+    """Answers each job after `delay_s`, on a timer; meanwhile says one build is running."""
+
+    lanes = 1
+
+    def __init__(self, answer, delay_s: float) -> None:
+        super().__init__(answer)
+        self.delay_s = delay_s
+
+    def submit(self, job):
+        import threading
+
+        self.submitted.append(job)
+        fut = Future()
+        verdict = self.answer(job)
+        threading.Timer(self.delay_s * len(self.submitted), fut.set_result, args=(verdict,)).start()
+        return fut
+
+    def state(self):
+        from kbv.executors import RunState
+
+        return RunState(builds_running=1, oldest_build="19_ReLU__a", oldest_build_s=12.0, builds_done=2,
+                        build_cpu_s=80.0, next_pair="L1/19_ReLU/19_ReLU__a standard", next_waits_for="its build")
+
+
+def test_a_waiting_run_reports_what_it_waits_on_and_sums_up_its_wall_time(tree):
+    def answer(job: Job) -> Verdict:
+        from dataclasses import replace
+
+        return replace(_verdict(job), evidence={"pair_s": 0.5})
+
+    seen = []
+    result = evaluate(_config(tree), executor=_Slow(answer, 1.5), watch=lambda state, since: seen.append((state, since)))
+    assert seen, "no report while the run waited"
+    assert all(state.next_waits_for == "its build" for state, _ in seen)
+    assert max(since for _, since in seen) >= 1.0  # seconds since the last verdict (or the start)
+    stats = result.stats
+    assert stats.pairs == 3 and stats.pair_s == 1.5 and stats.lanes == 1
+    assert 1.2 <= stats.first_verdict_s <= stats.wall_s and stats.wall_s >= 4.0
+    assert (stats.builds, stats.build_cpu_s) == (2, 80.0)
+    assert stats.busy_share == pytest.approx(1.5 / stats.wall_s)
+    assert stats.floor_s == max(80.0 / stats.cpus, 1.5)
+    assert "first verdict" in stats.describe() and "pairs/min" in stats.describe()

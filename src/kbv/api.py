@@ -15,6 +15,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field, replace
@@ -24,8 +25,9 @@ from typing import Any
 from kbv.builds import Build
 from kbv.candidates import Candidate, Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UnsoundProblemError, UsageError
-from kbv.executors import Executor, Job, ProtocolRunner
+from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
+from kbv.placement import CorePlan, Quiet, current_plan, off_lanes, parse_isolation
 from kbv.problems import load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.sandbox.isolation import SandboxMode, check_strict
@@ -53,7 +55,9 @@ class EvalConfig:
     seed: int | None = None  # the verified protocol's secret seed (random when None)
     timeout_s: float = 300.0
     build_timeout_s: float = 900.0
-    jobs: int = 0  # parallel builds; 0 = one per CPU core, at most 8
+    jobs: int = 0  # parallel builds; 0 = one per CPU set apart for builds (as memory allows)
+    build_isolation: str = "auto"  # how builds keep out of timings: auto | pin | hold | none (kbv.placement)
+    pch: bool = True  # builds share precompiled torch headers (kbv.pch)
     tolerance: float = 1e-2  # the standard protocol's atol = rtol
     cache_dir: str | None = None  # builds; default $KBV_CACHE_DIR or ~/.cache/kbv
     precision: str = "tf32"  # the verified baseline's float32 policy: tf32 | fp32
@@ -66,6 +70,45 @@ class EvalConfig:
 
 
 @dataclass(frozen=True)
+class RunStats:
+    """Where an invocation's wall time went, for the pairs it evaluated.
+
+    The lanes' busy share is the seconds lanes spent in pairs (from taking a pair to its verdict,
+    less any wait for its build: each verdict's `pair_s`), over the wall time times the lanes. It is
+    the share of time the device had a pair, not its own utilisation (kernels running), which is
+    lower. The floor is what no schedule can beat: the larger of the builds' CPU-seconds over the
+    CPUs and the pairs' seconds over the lanes."""
+
+    wall_s: float  # from the first submission to the last verdict
+    first_verdict_s: float | None
+    pairs: int
+    pair_s: float
+    lanes: int
+    builds: int  # built in this run
+    builds_cached: int
+    build_cpu_s: float
+    cpus: int
+
+    @property
+    def pairs_per_min(self) -> float:
+        return 60.0 * self.pairs / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def busy_share(self) -> float:
+        return self.pair_s / (self.wall_s * self.lanes) if self.wall_s > 0 else 0.0
+
+    @property
+    def floor_s(self) -> float:
+        return max(self.build_cpu_s / max(1, self.cpus), self.pair_s / max(1, self.lanes))
+
+    def describe(self) -> str:
+        first = f"{self.first_verdict_s:.1f} s" if self.first_verdict_s is not None else "-"
+        return (f"wall {self.wall_s:.1f} s (floor {self.floor_s:.1f} s) · first verdict {first} · "
+                f"{self.pairs_per_min:.1f} pairs/min · builds {self.builds} ({self.build_cpu_s:.0f} CPU-s), "
+                f"{self.builds_cached} cached · lanes busy {100 * self.busy_share:.0f}%")
+
+
+@dataclass(frozen=True)
 class RunResult:
     run_dir: Path
     verdicts: tuple[Verdict, ...]  # this invocation's pairs, evaluated now or resumed
@@ -73,6 +116,7 @@ class RunResult:
     resumed: int
     unpaired: tuple[Unpaired, ...]
     problem_failures: tuple[ProblemFailure, ...]
+    stats: RunStats | None = None
 
 
 @dataclass(frozen=True)
@@ -96,17 +140,20 @@ class Report:
 # (done, total, what just finished: a verdict, a pair whose problem failed, or None at the start)
 ProgressFn = Callable[[int, int, "Verdict | ProblemFailure | None"], None]
 NoticeFn = Callable[[str, bool], None]  # (one line, whether it is a warning)
+WatchFn = Callable[[RunState, float], None]  # (what the run is doing, seconds since the last verdict)
+WATCH_EVERY_S = 1.0
 
 
-def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
-             executor: Executor | None = None, notice: NoticeFn | None = None) -> RunResult:
+def evaluate(config: EvalConfig, progress: ProgressFn | None = None, executor: Executor | None = None,
+             watch: WatchFn | None = None, notice: NoticeFn | None = None) -> RunResult:
     """Evaluate every (problem, candidate) pair, resuming from the run's store.
 
-    `notice` hears the isolation children run under, once, before anything runs (a warning when it
-    is not full). Raises UsageError / ProblemLoadError / CandidateSourceError for bad input, and
-    SandboxUnavailable (a UsageError) under `sandbox="strict"` where full isolation cannot be had; a
-    bad candidate is a verdict. A problem whose own code fails is reported in `problem_failures`;
-    the run goes on.
+    `progress` is called for each stored verdict (and each pair whose problem failed); `watch`, every
+    WATCH_EVERY_S while none lands, with what the run is doing; `notice` hears the isolation children
+    run under, once, before anything runs (a warning when it is not full). Raises UsageError /
+    ProblemLoadError / CandidateSourceError for bad input, and SandboxUnavailable (a UsageError) under
+    `sandbox="strict"` where full isolation cannot be had; a bad candidate is a verdict. A problem
+    whose own code fails is reported in `problem_failures`; the run goes on.
     """
     protocols = _protocols(config.protocol)
     _validate(config)
@@ -121,7 +168,7 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
     with contextlib.ExitStack() as stack:
         cluster, probe = (None, None) if local else _connect(config, stack)
         devices = (probe["device"],) if probe else devices
-        settings = _settings(config, devices[0], probe)
+        settings = _settings(config, devices[0], probe, len(devices))
         if notice is not None:
             line = str(settings.provenance.get("sandbox", ""))
             notice(f"sandbox: {line}", settings.provenance.get("sandbox_level") != "bwrap")
@@ -132,8 +179,9 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
         own_executor = executor is None
         if executor is None:
             executor = _executor(config, settings, devices, runners, store, secret, cluster)
+        stack.enter_context(off_lanes(executor.plan))  # this thread too keeps off the timed CPUs
         try:
-            evaluated, failures = _run_jobs(jobs, executor, store, progress, len(resumed))
+            evaluated, failures, stats = _run_jobs(jobs, executor, store, progress, len(resumed), watch)
         except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
             executor.abort()
             raise
@@ -141,23 +189,26 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None,
             if own_executor:
                 executor.close()
         verdicts = tuple(store.verdicts_of(keys))  # in problem order, however they completed
-    return RunResult(settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()))
+    return RunResult(settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()),
+                     stats)
 
 
 def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = None) -> list[Build]:
-    """Build every compiled candidate of `config` (or only `candidates`) into the build cache,
-    `config.jobs` at a time, and evaluate nothing: a later run with the same cache finds them built.
-    The builds, a failed one with its status. Raises UsageError and the loading errors."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from kbv.builds import build_candidate, build_key, needs_build
+    """Build every compiled candidate of `config` (or only `candidates`) into the build cache, as a run's
+    build pool would (`config.jobs` at a time, where the machine's plan puts builds), and evaluate
+    nothing: a later run with the same cache finds them built. The builds, a failed one with its status.
+    Raises UsageError and the loading errors."""
+    from kbv.builds import BuildPool, needs_build
 
     settings = _settings(config, _devices(config)[0])
     if candidates is None:
         candidates = [p.candidate for p in load_candidates(config.candidates, load_problems(config.problems)).pairs]
-    todo = {build_key(c, settings): c for c in candidates if needs_build(c) and not c.no_code}
-    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
-        return list(pool.map(lambda kv: build_candidate(kv[1], settings, kv[0][:12]), todo.items()))
+    pool = BuildPool(settings)
+    try:
+        futures = [pool.build(c) for c in dict.fromkeys(candidates) if needs_build(c) and not c.no_code]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True)
 
 
 def load_report(run_dir: str | Path) -> Report:
@@ -192,6 +243,7 @@ def _validate(config: EvalConfig) -> None:
         raise UsageError("--tolerance must be between 0 and 1 (KernelBench uses 1e-2 or 1e-4).")
     if config.jobs < 0:
         raise UsageError("--jobs must be >= 0 (0 picks one per core).")
+    parse_isolation(config.build_isolation)
     if config.executor not in EXECUTOR_CHOICES:
         raise UsageError(f"Unknown executor '{config.executor}': expected local or ray.")
     if config.executor == "ray" and config.devices is not None:
@@ -233,22 +285,42 @@ def _executor(config: EvalConfig, settings: Settings, devices: tuple[str, ...], 
 def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], runners: dict[str, ProtocolRunner],
            store: Store, secret: bytes) -> Executor:
     """One lane per device, with its own runners (one secret for all), one build pool, and one quiet
-    lock per distinct device. Lanes must be alike: a verdict's resume key names the device model."""
+    lock per distinct device; where builds run, and each lane's own cores, from the machine's
+    `CorePlan`. Lanes must be alike: a verdict's resume key names the device model."""
+    from kbv.builds import BuildPool
     from kbv.executors.lanes import LanesExecutor
-    from kbv.executors.local import BuildPool, LocalExecutor
+    from kbv.executors.local import LocalExecutor
 
-    builds = BuildPool(settings)
-    quiet: dict[str, threading.RLock] = {}
-    lanes = [LocalExecutor(settings, runners, builds, quiet.setdefault(settings.device, threading.RLock()))]
-    for device in devices[1:]:
-        lane = replace(settings, device=device, provenance={**collect_provenance(device), **_sandbox_record(settings)})
+    plan = _plan(config, settings, len(devices))
+    builds = BuildPool(settings, plan)
+    locks: dict[str, threading.RLock] = {}
+
+    def quiet(device: str) -> Quiet:
+        return Quiet(locks.setdefault(device, threading.RLock()), builds.holds)
+
+    settings.provenance["build_isolation"] = plan.describe()
+    first = _lane_settings(settings, plan, 0)
+    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device), lane=0)]
+    for i, device in enumerate(devices[1:], start=1):
+        lane = _lane_settings(replace(settings, device=device,
+                                      provenance={**collect_provenance(device), **_sandbox_record(settings)}), plan, i)
         if device_fingerprint(lane.provenance) != device_fingerprint(settings.provenance):
             builds.shutdown(wait=False)
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
                              f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
-        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds,
-                                   quiet.setdefault(device, threading.RLock())))
+        lane.provenance["build_isolation"] = plan.describe()
+        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device), lane=i))
     return LanesExecutor(lanes, builds)
+
+
+def _plan(config: EvalConfig, settings: Settings, lanes: int) -> CorePlan:
+    return current_plan(config.build_isolation, lanes, settings.device_type)
+
+
+def _lane_settings(settings: Settings, plan: CorePlan, lane: int) -> Settings:
+    """A lane's settings: the children it times use as many OpenMP threads as it has CPUs (they
+    import torch on the build cores, where OpenMP would count those)."""
+    return replace(settings, child_threads=len(plan.lane_cpus(lane))) if plan.pinned else settings
 
 
 @dataclass(frozen=True)
@@ -262,9 +334,11 @@ class RunnerRecipe:
         return _runners(self.config, settings, None, secret)
 
 
-def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None) -> Settings:
+def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None, lanes: int = 1) -> Settings:
     run_dir = Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)
-    jobs = config.jobs or min(8, os.cpu_count() or 1)
+    # builds run here only for local lanes (under Ray, on the workers, one a task)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    jobs = config.jobs or auto_jobs(current_plan(config.build_isolation, lanes, device_type))
     cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     for option, path in (("--run", run_dir), ("--cache-dir", cache)):
         if path.exists() and not path.is_dir():
@@ -284,11 +358,31 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
     provenance.update(isolation.record() if isolation else probe["sandbox"])
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
-                    cuda_arch_list=arch, provenance=provenance, sandbox=mode.value, isolation=isolation)
+                    cuda_arch_list=arch, provenance=provenance, sandbox=mode.value, isolation=isolation,
+                    pch=config.pch, build_isolation=config.build_isolation)
 
 
 def _sandbox_record(settings: Settings) -> dict[str, Any]:
     return {k: settings.provenance[k] for k in ("sandbox", "sandbox_level") if k in settings.provenance}
+
+
+
+BUILD_MEMORY_BYTES = 3 << 30  # the peak of one build with MAX_JOBS=1 (cicc on torch/extension.h: 3.1 GB)
+
+
+def auto_jobs(plan: CorePlan) -> int:
+    """Parallel builds by default: one per CPU set apart for builds, as far as memory holds them."""
+    return max(1, min(plan.build_cpus, _available_bytes() // BUILD_MEMORY_BYTES))
+
+
+def _available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 40  # unknown: the CPUs decide
 
 
 def _slug(path: str) -> str:
@@ -357,15 +451,21 @@ def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str
 
 
 def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: ProgressFn | None,
-              already: int) -> tuple[int, dict[str, ProblemFailure]]:
+              already: int, watch: WatchFn | None = None) -> tuple[int, dict[str, ProblemFailure], RunStats]:
     total = len(jobs) + already
     if progress:
         progress(already, total, None)
+    clock = _RunClock()
     futures = {executor.submit(job): job for job in jobs}
     failures: dict[str, ProblemFailure] = {}
     stored = 0
+
+    def idle() -> None:
+        if watch is not None:
+            watch(executor.state(), clock.since_verdict_s())
+
     # as they complete (several lanes, a cluster); results are joined to their job by key, never by order
-    for done, fut in enumerate(_as_completed(list(futures)), start=already + 1):
+    for done, fut in enumerate(_as_completed(list(futures), idle), start=already + 1):
         job = futures[fut]
         try:
             verdict = fut.result()
@@ -379,17 +479,47 @@ def _run_jobs(jobs: list[Job], executor: Executor, store: Store, progress: Progr
             continue
         store.put_verdict(job.key, verdict)
         stored += 1
+        clock.verdict(verdict)
         if progress:
             progress(done, total, verdict)
-    return stored, failures
+    return stored, failures, clock.stats(executor)
 
 
-def _as_completed(futures: list[Future[Verdict]]) -> Iterator[Future[Verdict]]:
-    """`futures` as they complete; those done together in submission order."""
+class _RunClock:
+    """The wall clock of a run's evaluations: first verdict, last verdict, the pairs' seconds."""
+
+    def __init__(self) -> None:
+        self.t0 = self.last = time.monotonic()
+        self.first: float | None = None
+        self.pairs = 0
+        self.pair_s = 0.0
+
+    def verdict(self, verdict: Verdict) -> None:
+        self.last = time.monotonic()
+        self.first = self.first if self.first is not None else self.last - self.t0
+        self.pairs += 1
+        self.pair_s += float(verdict.evidence.get("pair_s", verdict.wall_s) or 0.0)
+
+    def since_verdict_s(self) -> float:
+        return time.monotonic() - self.last
+
+    def stats(self, executor: Executor) -> RunStats:
+        state = executor.state()
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return RunStats(wall_s=round(self.last - self.t0, 3), first_verdict_s=self.first, pairs=self.pairs,
+                        pair_s=round(self.pair_s, 3), lanes=max(1, executor.lanes), builds=state.builds_done,
+                        builds_cached=state.builds_cached, build_cpu_s=state.build_cpu_s, cpus=cpus)
+
+
+def _as_completed(futures: list[Future[Verdict]], idle: Callable[[], None] | None = None) -> Iterator[Future[Verdict]]:
+    """`futures` as they complete; those done together in submission order. `idle` is called every
+    WATCH_EVERY_S while none completes."""
     order = {fut: i for i, fut in enumerate(futures)}
     pending = set(futures)
     while pending:
-        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        done, pending = wait(pending, timeout=WATCH_EVERY_S if idle else None, return_when=FIRST_COMPLETED)
+        if not done and idle is not None:
+            idle()
         yield from sorted(done, key=order.__getitem__)
 
 

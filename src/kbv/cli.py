@@ -86,7 +86,9 @@ def eval_command(
     seed: Optional[int] = typer.Option(None, help="Fix the verified protocol's secret seed (recorded)."),
     timeout: float = typer.Option(300.0, help="Wall-clock seconds for one pair's evaluation."),
     build_timeout: float = typer.Option(900.0, help="Wall-clock seconds for one candidate's build."),
-    jobs: int = typer.Option(0, help="Parallel builds (0: one per core, at most 8)."),
+    jobs: int = typer.Option(0, help="Parallel builds (0: one per CPU set apart for builds, as memory allows)."),
+    build_isolation: str = typer.Option("auto", help="How builds keep out of timings: pin (cores apart, lowest priority), hold (stopped while a pair is timed), none, or auto."),
+    pch: bool = typer.Option(True, "--pch/--no-pch", help="Builds share precompiled torch headers (the C++ bindings file only)."),
     tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol (KernelBench v0.1: 1e-2; HEAD: 1e-4)."),
     cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached across runs (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
     precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 (realistic) or fp32 (strict)."),
@@ -103,14 +105,15 @@ def eval_command(
 
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
                         devices=devices, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
-                        jobs=jobs, tolerance=tolerance, cache_dir=cache_dir, precision=precision,
+                        jobs=jobs, build_isolation=build_isolation, pch=pch,
+                        tolerance=tolerance, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                         trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
                         min_custom_share=min_custom_share, sandbox=sandbox)
     with _errors():
         _check_format(output, ("table", "json"))
-        with _progress(output) as progress:
-            result = evaluate(config, progress=progress, notice=_notice)
+        with _progress(output) as (progress, watch):
+            result = evaluate(config, progress=progress, watch=watch, notice=_notice)
     for u in result.unpaired:
         err.print(f"[yellow]unpaired:[/] {u.candidate.origin}: {u.reason}", highlight=False)
     for f in result.problem_failures:
@@ -135,6 +138,10 @@ def _render_run(result: Any, output: str) -> None:
 
         payload = {"run": str(result.run_dir), "verdicts": [v.to_dict() for v in result.verdicts],
                    "metrics": {p: {g: asdict(m) for g, m in gs.items()} for p, gs in metrics.items()}}
+        if result.stats is not None:
+            payload["stats"] = {**asdict(result.stats), "pairs_per_min": round(result.stats.pairs_per_min, 2),
+                                "busy_share": round(result.stats.busy_share, 3),
+                                "floor_s": round(result.stats.floor_s, 2)}
         out.print_json(json.dumps(payload))
         return
     out.print(verdict_table(result.verdicts))
@@ -142,6 +149,8 @@ def _render_run(result: Any, output: str) -> None:
     _print_hacks(metrics)
     out.print(f"run: {result.run_dir}  (evaluated {result.evaluated}, resumed {result.resumed}, "
               f"unpaired {len(result.unpaired)})", highlight=False)
+    if result.stats is not None and result.stats.pairs:
+        out.print(result.stats.describe(), highlight=False)
 
 
 def _print_hacks(metrics: Any) -> None:
@@ -261,16 +270,33 @@ def _check_format(value: str, allowed: tuple[str, ...], option: str = "format") 
         raise UsageError(f"Unknown {option} '{value}': expected {', '.join(allowed)}.")
 
 
+WAIT_LINE_S = 30.0  # off a terminal, a run that has stored no verdict for this long says why
+
+
 @contextmanager
-def _progress(output: str = "table") -> Iterator[Callable[[int, int, Any], None] | None]:
-    """On a terminal, a progress bar (stderr). Off one (logs, CI, nohup), one line per stored verdict:
-    on stdout for the table format, on stderr for machine formats (stdout stays parseable)."""
+def _progress(output: str = "table") -> Iterator[tuple[Callable[[int, int, Any], None] | None, Any]]:
+    """On a terminal, a progress bar (stderr) that says what the run waits on. Off one (logs, CI,
+    nohup), one line per stored verdict, and one line when none has landed for WAIT_LINE_S (again
+    each WAIT_LINE_S): on stdout for the table format, on stderr for machine formats (stdout stays
+    parseable). Yields the `progress` and `watch` callbacks of `kbv.api.evaluate`."""
     if not sys.stdout.isatty():
         stream = sys.stdout if output == "table" else sys.stderr
-        yield lambda done, total, verdict: _progress_line(stream, done, total, verdict)
+        last_line = [0.0]
+
+        def watch(state: Any, since_s: float) -> None:
+            if since_s >= WAIT_LINE_S and since_s - last_line[0] >= WAIT_LINE_S:
+                last_line[0] = since_s
+                stream.write(f"[no verdict for {since_s:.0f} s] {state.describe()}\n")
+                stream.flush()
+
+        def progress(done: int, total: int, verdict: Any) -> None:
+            last_line[0] = 0.0
+            _progress_line(stream, done, total, verdict)
+
+        yield progress, watch
         return
     if not err.is_terminal:
-        yield None
+        yield None, None
         return
     from rich.progress import (
         BarColumn,
@@ -291,7 +317,12 @@ def _progress(output: str = "table") -> Iterator[Callable[[int, int, Any], None]
                 if isinstance(verdict, ProblemFailure) else f"{verdict.problem} {verdict.status.value}"
             bar.update(task, completed=done, total=total, description=desc[:50])
 
-        yield update
+        def waiting(state: Any, since_s: float) -> None:
+            if since_s >= 2.0:  # a verdict's line stays up a moment
+                width = max(40, err.width - 40)
+                bar.update(task, description=escape(state.describe())[:width])
+
+        yield update, waiting
 
 
 def _progress_line(stream: Any, done: int, total: int, verdict: Any) -> None:

@@ -31,6 +31,18 @@ class Settings:
     provenance: dict[str, Any] = field(default_factory=dict)
     sandbox: str = "auto"  # --sandbox: strict | auto | off (a Ray worker resolves it again, for itself)
     isolation: Isolation | None = None  # how children are isolated (None: the strongest available)
+    pch: bool = True  # builds share precompiled torch headers (`kbv.pch`)
+    build_isolation: str = "auto"  # how builds keep out of timings (`kbv.placement`)
+    child_threads: int = 0  # OMP_NUM_THREADS of the children a lane times (0: their default)
+
+    def compile_env(self) -> dict[str, str]:
+        """The variables every child's extension builds run with: the same in build and evaluation
+        children, so that an evaluation child finds its build as the build child left it."""
+        if not self.pch:
+            return {}
+        from kbv.pch import compile_env
+
+        return compile_env(self.cache_dir)
 
     @property
     def device_type(self) -> str:
@@ -81,12 +93,16 @@ class Settings:
         root = self.run_dir / "work"
         root.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=root))
+        env = self.compile_env()
+        if self.child_threads:
+            env["OMP_NUM_THREADS"] = str(self.child_threads)
         try:
             yield ChildSpec(work_dir=work, build_dir=build_dir or self.cache_dir / "reference",
                             device=self.child_device, visible_devices=self.visible_devices,
                             cuda_arch_list=self.cuda_arch_list,
                             parent_device=self.device if self.device_type == "cuda" else None,
-                            isolation=self.isolation, hidden=self.private_dirs)
+                            isolation=self.isolation, hidden=self.private_dirs,
+                            extra_env=tuple(sorted(env.items())))
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

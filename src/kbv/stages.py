@@ -47,6 +47,14 @@ class StageClock:
             if self._stack:
                 self._stack[-1][2] = float(self._stack[-1][2]) + spent
 
+    def now(self) -> tuple[str, float] | None:
+        """The innermost stage running and its seconds so far (read from another thread: a glance)."""
+        stack = list(self._stack)
+        if not stack:
+            return None
+        name, started = stack[-1][0], float(stack[-1][1])
+        return str(name), time.perf_counter() - started
+
     def rounded(self) -> dict[str, float]:
         return {k: round(v, 4) for k, v in sorted(self.seconds.items(), key=lambda kv: STAGES.index(kv[0])
                                                    if kv[0] in STAGES else len(STAGES))}

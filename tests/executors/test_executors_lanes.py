@@ -4,6 +4,7 @@ pairs, resume across lane counts, and bad `--devices` values."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,34 +20,57 @@ from kbv.candidates import Candidate, Pair
 from kbv.cli import app
 from kbv.errors import HarnessError, ProblemRunError
 from kbv.executors import Job
-from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, pick_next
+from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, Waiting, pick_next
 from kbv.problems import Problem
 from kbv.protocols import blank_verdict
 from kbv.protocols.standard import StandardProtocol
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
-# -- pick_next: a problem stays on its lane ---------------------------------------------------------
+# -- pick_next: a problem stays on its lane, and a lane takes only pairs whose build is ready ---------
+
+
+def _w(problem: str, ready: bool = True, avoid: int | None = None, protocol: str = "standard") -> Waiting:
+    return Waiting((protocol, problem), ready, avoid)
+
+
+def _g(*problems: str) -> set[tuple[str, str]]:
+    return {("standard", p) for p in problems}
 
 
 def test_a_lane_takes_more_of_the_problem_it_holds() -> None:
-    assert pick_next([("A", None), ("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 0
-    assert pick_next([("B", None), ("A", None)], 0, "A", held={"B"}, idle=False) == 1
+    assert pick_next([_w("A"), _w("B"), _w("A")], 0, _g("A"), others=_g("B"), idle=False) == 0
+    assert pick_next([_w("B"), _w("A")], 0, _g("A"), others=_g("B"), idle=False) == 1
 
 
 def test_a_lane_without_one_takes_a_problem_no_other_lane_holds() -> None:
-    assert pick_next([("A", None), ("A", None), ("B", None)], 1, None, held={"A"}, idle=False) == 2
+    assert pick_next([_w("A"), _w("A"), _w("B")], 1, set(), others=_g("A"), idle=False) == 2
 
 
 def test_only_an_idle_lane_joins_a_held_problem_and_it_joins_the_longest() -> None:
-    pending = [("A", None), ("B", None), ("B", None)]
-    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=False) is None
-    assert pick_next(pending, 2, "C", held={"A", "B"}, idle=True) == 1
+    pending = [_w("A"), _w("B"), _w("B")]
+    assert pick_next(pending, 2, _g("C"), others=_g("A", "B"), idle=False) is None
+    assert pick_next(pending, 2, _g("C"), others=_g("A", "B"), idle=True) == 1
 
 
 def test_a_retried_pair_avoids_the_lane_that_failed_it() -> None:
-    assert pick_next([("A", 0)], 0, "A", held=set(), idle=True) is None
-    assert pick_next([("A", 0)], 1, None, held={"A"}, idle=True) == 0
+    assert pick_next([_w("A", avoid=0)], 0, _g("A"), others=set(), idle=True) is None
+    assert pick_next([_w("A", avoid=0)], 1, set(), others=_g("A"), idle=True) == 0
+
+
+def test_a_ready_pair_runs_while_an_earlier_pair_still_builds() -> None:
+    assert pick_next([_w("A", ready=False), _w("A")], 0, set(), others=set(), idle=True) == 1
+    assert pick_next([_w("A", ready=False), _w("B")], 0, _g("A"), others=set(), idle=False) == 1
+    assert pick_next([_w("A", ready=False)], 0, _g("A"), others=set(), idle=True) is None  # nothing ready: wait
+
+
+def test_a_problem_whose_pairs_are_all_ready_goes_first_and_protocols_are_apart() -> None:
+    # A still has a pair building: B, all ready, is prepared once and finished first
+    pending = [_w("A"), _w("A", ready=False), _w("B"), _w("B")]
+    assert pick_next(pending, 0, set(), others=set(), idle=True) == 2
+    # the lane holds A under the standard protocol only: a verified pair of A is a new preparation
+    both = [_w("A", protocol="verified"), _w("A")]
+    assert pick_next(both, 0, _g("A"), others=set(), idle=False) == 1
 
 
 # -- LanesExecutor over fake lanes ------------------------------------------------------------------
@@ -163,6 +187,100 @@ def test_a_lane_that_keeps_failing_is_retired_and_with_no_lane_left_the_harness_
     alone = FakeLane("cuda:0", fails=lambda job: True)
     outcomes = _run(LanesExecutor([alone]), _jobs(*[f"{i}_P{i}" for i in range(1, 5)]))
     assert any(isinstance(o, HarnessError) and "every evaluation lane failed" in str(o) for o in outcomes)
+
+
+class FakeBuilds:
+    """A build pool whose builds finish when the test says (`finish`); candidates named `*__nobuild`
+    need none."""
+
+    def __init__(self) -> None:
+        self.futures: dict[str, Future[Any]] = {}
+
+    def start(self, pair: Pair) -> Future[Any]:
+        fut: Future[Any] = self.futures.setdefault(pair.candidate.name, Future())
+        if pair.candidate.name.endswith("__nobuild") and not fut.done():
+            fut.set_result(None)
+        return fut
+
+    def finish(self, name: str) -> None:
+        self.futures[name].set_result(None)
+
+    def state(self) -> Any:
+        from kbv.builds import BuildState
+
+        running = [n for n, f in self.futures.items() if not f.done()]
+        return BuildState(running=len(running), oldest=running[0] if running else None, oldest_s=12.0)
+
+    def progress_of(self, pair: Pair) -> str | None:
+        fut = self.futures.get(pair.candidate.name)
+        return None if fut is None or pair.candidate.name.endswith("__nobuild") else \
+            ("done" if fut.done() else "running 12 s")
+
+    def shutdown(self, wait: bool) -> None:
+        pass
+
+
+def _named_jobs(*names: str) -> list[Job]:
+    jobs = []
+    for i, name in enumerate(names):
+        problem_name = name.split("__")[0]
+        problem = Problem(name=problem_name, level=1, problem_id=int(problem_name.split("_")[0]),
+                          code=f"# {problem_name}\n", origin=f"{problem_name}.py")
+        cand = Candidate(code=f"# candidate {i}\n", name=name, origin=f"{name}.py", problem_ref=problem_name)
+        jobs.append(Job(Pair(problem, cand), "standard", f"key{i}"))
+    return jobs
+
+
+def test_pairs_run_as_their_builds_finish_and_one_needing_no_build_never_waits() -> None:
+    builds = FakeBuilds()
+    lane = FakeLane("cpu")
+    executor = LanesExecutor([lane], builds)  # type: ignore[arg-type]
+    jobs = _named_jobs("1_A__slow", "1_A__quick", "2_B__nobuild")
+    futures = [executor.submit(job) for job in jobs]
+    assert futures[2].result(timeout=30).status is Status.CORRECT  # while both builds compile
+    assert lane.seen == ["key2"] and not futures[0].done()
+    state = executor.state()
+    assert state.builds_running == 2 and state.next_pair == "L1/1_A/1_A__slow standard"
+    assert state.next_waits_for == "its build (running 12 s)"
+    builds.finish("1_A__quick")  # the later pair's build is ready first: it goes first
+    futures[1].result(timeout=30)
+    builds.finish("1_A__slow")
+    futures[0].result(timeout=30)
+    executor.close()
+    assert lane.seen == ["key2", "key1", "key0"]
+    assert executor.state().next_pair is None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="thread priorities are Linux's")
+def test_a_build_that_finishes_on_a_build_thread_gives_its_low_priority_to_no_lane() -> None:
+    """A thread inherits its creator's priority, and a lane's threads start the children it times:
+    the pair a finished build releases is handed on by a thread at the caller's priority."""
+    from kbv.placement import lower_priority
+
+    builds = FakeBuilds()
+    lane = FakeLane("cpu")
+    handed_at: list[int] = []
+    submit = lane.submit
+
+    def recording(job: Job) -> Future[Verdict]:
+        handed_at.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return submit(job)
+
+    lane.submit = recording  # type: ignore[method-assign]
+    executor = LanesExecutor([lane], builds)  # type: ignore[arg-type]
+    (job,) = _named_jobs("1_A__slow")
+    future = executor.submit(job)
+
+    def build_thread() -> None:
+        lower_priority()
+        builds.finish("1_A__slow")
+
+    thread = threading.Thread(target=build_thread)
+    thread.start()
+    thread.join()
+    future.result(timeout=30)
+    executor.close()
+    assert handed_at == [os.getpriority(os.PRIO_PROCESS, threading.get_native_id())]
 
 
 # -- real lanes on the CPU --------------------------------------------------------------------------

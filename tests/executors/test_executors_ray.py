@@ -1,8 +1,9 @@
 """The Ray executor (`kbv.executors.ray`) on a real one-node cluster started by the tests (`ray`
 marker): the smoke pairs get the verdicts of one local lane; a driver killed with SIGKILL resumes,
 losing and duplicating nothing; a worker killed mid-pair is retried once, then the pair is `crashed`;
-Ctrl-C cancels what is running; the secret is found in no log, environment or file; a missing extra
-and an unreachable address are one-line errors (exit 2)."""
+Ctrl-C cancels what is running; the secret is found in no log, environment or file; on a cluster with
+a CPU-only node, that node takes the builds and the GPU node the pairs; a missing extra and an
+unreachable address are one-line errors (exit 2)."""
 
 from __future__ import annotations
 
@@ -277,3 +278,62 @@ def _processes_mentioning(text: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+# A "C++" candidate (the backend regex matches the comment) that compiles nothing: a build task that
+# takes a second, and an honest ReLU.
+NO_COMPILE_CPP = """\
+# cpp_sources = (none: built by importing it, which compiles nothing)
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) + {salt}.0 * 0.0
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_cpu_only_nodes_take_the_builds_and_gpu_nodes_the_pairs(gpu_and_cpu_nodes: RayHead, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pairs ask for a GPU as under `--device cuda` (the head's is declared, not real, so they
+    evaluate on its CPU); builds ask for a CPU, as always. The driver joins the GPU node, where Ray
+    alone put one build of three in trials (its preference for CPU-only nodes gives way once they are
+    half busy): kbv sends every build to the CPU-only node, and every pair runs on the GPU node."""
+    import ray
+
+    import kbv.executors.ray as kray
+    from kbv.api import EvalConfig, evaluate
+
+    monkeypatch.setattr(kray, "_resources", lambda kind: {"num_gpus": 1})
+    monkeypatch.setenv("RAY_AUTH_MODE", kbv_env()["RAY_AUTH_MODE"])
+    executors: list[Any] = []
+    init = kray.RayExecutor.__init__
+
+    def keep(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        executors.append(self)
+
+    monkeypatch.setattr(kray.RayExecutor, "__init__", keep)
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    for salt in range(3):
+        (cands / f"2_ReLU__nocompile{salt}.py").write_text(NO_COMPILE_CPP.format(salt=salt))
+    result = evaluate(EvalConfig(candidates=str(cands), problems="smoke", protocol="standard", device="cpu",
+                                 executor="ray", ray_address=gpu_and_cpu_nodes.address,
+                                 run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache")))
+    assert [v.status.value for v in result.verdicts] == ["correct"] * 3, [v.message for v in result.verdicts]
+    ray.init(address=gpu_and_cpu_nodes.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        nodes = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+    finally:
+        ray.shutdown()
+    gpu_node = next(node for node, res in nodes.items() if res.get("GPU"))
+    cpu_node = next(node for node, res in nodes.items() if not res.get("GPU"))
+    (executor,) = executors
+    assert set(executor.build_nodes().values()) == {cpu_node}  # all three builds
+    assert len(executor.build_nodes()) == 3
+    assert {v.provenance["ray_node"] for v in result.verdicts} == {gpu_node}
+    assert result.stats is not None and result.stats.builds == 3

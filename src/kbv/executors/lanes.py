@@ -3,32 +3,42 @@
 - A lane is a `LocalExecutor` on its own device: its own runners, eval thread, children started ahead,
   prepared problems and quiet lock. Lanes on the same device (CPU lanes) share that device's lock, so
   that what one lane times is not disturbed by another's children coming up.
-- Builds run on one shared CPU pool, each content hash once (`BuildPool`).
+- Builds run on one shared CPU pool, each content hash once (`BuildPool`), all started as the pairs
+  are submitted.
 - Pairs go to a lane when it has room (`WINDOW` pairs: the one evaluating and those whose children are
-  started ahead), chosen by `pick_next`: more of the problem the lane holds, else a problem no lane
-  holds, else, once the lane has finished its pairs, the problem with the most pairs left. So a
-  problem is prepared on one lane, and on a second only when that keeps a lane from idling.
+  started ahead), and only once their build is ready: a pair whose build is done runs while an
+  earlier pair's build still compiles, and a candidate that needs no build never waits behind nvcc.
+  Among ready pairs, `pick_next` chooses: more of a problem the lane holds prepared, else a problem
+  no lane holds (one whose pairs are all ready first), else, once the lane has finished its pairs,
+  the problem with the most ready pairs. So a problem is prepared on one lane, once per protocol
+  while the lane holds it (up to `HELD_PER_PROTOCOL` per protocol, as the lane does), and on a second
+  lane only when that keeps a lane from idling.
 - A lane whose evaluation raises anything but a ProblemError (its device died, kbv failed on it) has
   the pair queued once more, on another lane where there is one; a second failure makes the pair
   `crashed` with both reasons. A lane that fails `RETIRE_AFTER` pairs in a row takes no more; with no
   lane left, the pairs still waiting fail with HarnessError (a broken harness raises).
-- Futures complete as verdicts arrive; the caller (`kbv.api`) stores them, the only writer.
+- Futures complete as verdicts arrive; the caller (`kbv.api`) stores them, the only writer, in
+  the problems' order whatever the order they complete in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Collection, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Protocol
 
+from kbv.builds import Build, BuildPool, BuildState
 from kbv.errors import HarnessError, ProblemError
-from kbv.executors import Executor, Job, ProtocolRunner
-from kbv.executors.local import PRESTART, BuildPool
+from kbv.executors import Executor, Job, ProtocolRunner, RunState
+from kbv.executors.local import HELD_PER_PROTOCOL, PRESTART
+from kbv.placement import NO_PLAN, enter_starter_thread
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
@@ -37,24 +47,38 @@ ATTEMPTS = 2  # a pair whose lane failed is queued once more
 RETIRE_AFTER = 3  # failed pairs in a row that take a lane out of the run
 
 
-def pick_next(pending: Sequence[tuple[str, int | None]], lane: int, current: str | None,
-              held: Collection[str], idle: bool) -> int | None:
-    """The index in `pending` ((problem hash, lane to avoid) in submission order) of the pair that
-    `lane` takes next: the first of its `current` problem; else the first of a problem no other lane
-    holds (`held`); else, when the lane is `idle`, the first of the problem with the most pairs left.
-    None when there is nothing it should take now."""
-    allowed = [i for i, (_, avoid) in enumerate(pending) if avoid != lane]
+Group = tuple[str, str]  # (protocol, problem hash): what a lane prepares once
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A pending pair as `pick_next` sees it."""
+
+    group: Group
+    ready: bool = True  # its build is done, or it needs none
+    avoid: int | None = None  # the lane that failed it
+
+
+def pick_next(pending: Sequence[Waiting], lane: int, mine: Collection[Group], others: Collection[Group],
+              idle: bool) -> int | None:
+    """The index in `pending` (in submission order) of the pair that `lane` takes next, among those
+    ready: the first of a group the lane holds (`mine`); else the first of a group no lane holds
+    (`others`: what the other lanes hold), a group with no pair still building first (prepared once,
+    it is finished at once); else, when the lane is `idle`, the first of the group with the most
+    ready pairs. None when there is nothing it should take now."""
+    allowed = [i for i, w in enumerate(pending) if w.avoid != lane and w.ready]
     for i in allowed:
-        if pending[i][0] == current:
+        if pending[i].group in mine:
             return i
-    for i in allowed:
-        if pending[i][0] not in held:
-            return i
+    fresh = [i for i in allowed if pending[i].group not in others]
+    if fresh:
+        building = {w.group for w in pending if not w.ready}
+        return next((i for i in fresh if pending[i].group not in building), fresh[0])
     if not idle or not allowed:
         return None
-    left = Counter(pending[i][0] for i in allowed)
+    left = Counter(pending[i].group for i in allowed)
     most = max(left.values())
-    return next(i for i in allowed if left[pending[i][0]] == most)
+    return next(i for i in allowed if left[pending[i].group] == most)
 
 
 class Lane(Protocol):
@@ -66,6 +90,7 @@ class Lane(Protocol):
     def submit(self, job: Job) -> Future[Verdict]: ...
     def abort(self) -> None: ...
     def close(self) -> None: ...
+    def state(self) -> RunState: ...
 
 
 @dataclass
@@ -77,13 +102,25 @@ class _Entry:
     failures: list[str] = field(default_factory=list)  # "device: reason", one per failed attempt
     trace: str = ""
     avoid: int | None = None  # the lane that failed it
+    build: Future[Build] | None = None  # None: nothing to build (or no pool to build it)
+    submitted: float = field(default_factory=time.monotonic)
+
+    @property
+    def group(self) -> Group:
+        return (self.job.protocol, self.job.pair.problem.hash)
+
+    @property
+    def ready(self) -> bool:
+        return self.build is None or self.build.done()
 
 
 @dataclass
 class _Lane:
     index: int
     executor: Lane
-    current: str | None = None  # the problem of the last pair handed to it
+    # protocol -> problems it holds prepared, the latest last: the lane's own choice (it releases the
+    # least recently used beyond HELD_PER_PROTOCOL), followed as pairs are handed to it
+    held: dict[str, list[str]] = field(default_factory=dict)
     in_flight: int = 0
     failed_in_a_row: int = 0
     retired: bool = False
@@ -91,6 +128,17 @@ class _Lane:
     @property
     def device(self) -> str:
         return self.executor.settings.device
+
+    def groups(self) -> set[Group]:
+        return {(protocol, problem) for protocol, problems in self.held.items() for problem in problems}
+
+    def take(self, group: Group) -> None:
+        protocol, problem = group
+        held = self.held.setdefault(protocol, [])
+        if problem in held:
+            held.remove(problem)
+        held.append(problem)
+        del held[:-HELD_PER_PROTOCOL]
 
 
 class LanesExecutor(Executor):
@@ -103,17 +151,35 @@ class LanesExecutor(Executor):
         self._pending: list[_Entry] = []
         self._lock = threading.Lock()
         self._aborted = False
+        self.lanes = len(lanes)
+        self.plan = getattr(builds, "plan", None)
+        plan = self.plan or NO_PLAN
+        # started here, by the caller's thread, so that it has that thread's (normal) priority; on
+        # the build cores, off the lanes'
+        self._dispatch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-dispatch",
+                                            initializer=enter_starter_thread, initargs=(plan,))
+        self._dispatch.submit(lambda: None).result()
 
     @property
     def devices(self) -> tuple[str, ...]:
         return tuple(lane.device for lane in self._lanes)
 
     def submit(self, job: Job) -> Future[Verdict]:
-        entry = _Entry(job)
+        """Queue `job`, its build started at once (the pair goes to a lane when the build is ready)."""
+        entry = _Entry(job, build=self._builds.start(job.pair) if self._builds is not None else None)
         with self._lock:
             self._pending.append(entry)
+        if entry.build is not None and not entry.build.done():
+            entry.build.add_done_callback(self._build_done)
         self._fill(join=False)  # more may follow at once: joining a held problem waits for a lane to free
         return entry.future
+
+    def _build_done(self, _: Future[Build]) -> None:
+        """Runs on the build's thread, which has the builds' priority and cores, and so would give
+        them to any thread it started (a lane's evaluation thread, whose children are timed): the
+        pairs are handed on the dispatch thread instead."""
+        with contextlib.suppress(RuntimeError):  # shut down: nothing more is handed
+            self._dispatch.submit(self._fill)
 
     # -- handing pairs to lanes ---------------------------------------------------------------------
     def _fill(self, join: bool = True) -> None:
@@ -149,13 +215,13 @@ class LanesExecutor(Executor):
                 for lane in sorted(live, key=lambda lane: (lane.in_flight, lane.index)):
                     if lane.in_flight >= WINDOW or not self._pending:
                         continue
-                    held = {other.current for other in live if other is not lane and other.current}
-                    view = [(e.job.pair.problem.hash, e.avoid) for e in self._pending]
-                    i = pick_next(view, lane.index, lane.current, held, idle=join and lane.in_flight == 0)
+                    others = set().union(*(other.groups() for other in live if other is not lane))
+                    view = [Waiting(e.group, e.ready, e.avoid) for e in self._pending]
+                    i = pick_next(view, lane.index, lane.groups(), others, idle=join and lane.in_flight == 0)
                     if i is None:
                         continue
                     entry = self._pending.pop(i)
-                    lane.current = entry.job.pair.problem.hash
+                    lane.take(entry.group)
                     lane.in_flight += 1
                     handed.append((lane, entry))
                     progress = True
@@ -203,16 +269,42 @@ class LanesExecutor(Executor):
                                f"({'; '.join(entry.failures)})",
                        evidence={"lane_failures": list(entry.failures), "traceback": entry.trace})
 
+    # -- what it is doing -----------------------------------------------------------------------------
+    def state(self) -> RunState:
+        builds = self._builds.state() if self._builds is not None else BuildState()
+        evaluating = tuple(line for lane in self._lanes if hasattr(lane.executor, "state")
+                           for line in lane.executor.state().evaluating)
+        next_pair, waits_for = self._next_waiting()
+        return RunState.of_builds(builds, evaluating=evaluating, next_pair=next_pair, next_waits_for=waits_for)
+
+    def _next_waiting(self) -> tuple[str | None, str | None]:
+        """The pending pair nearest to running, and what it waits for."""
+        with self._lock:
+            pending = list(self._pending)
+            full = all(lane.in_flight >= WINDOW or lane.retired for lane in self._lanes)
+        if not pending:
+            return None, None
+        ready = [e for e in pending if e.ready]
+        if ready:
+            return _name(ready[0].job), "a lane" if full else "a lane free of the problems others hold"
+        builds = self._builds
+        progress = [(builds.progress_of(e.job.pair) if builds is not None else None, e) for e in pending]
+        running = [(p, e) for p, e in progress if p and p.startswith("running")]
+        where, entry = running[0] if running else progress[0]
+        return _name(entry.job), f"its build ({where})" if where else "its build"
+
     # -- stopping -------------------------------------------------------------------------------------
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
+        self._dispatch.shutdown(wait=False, cancel_futures=True)
         for lane in self._lanes:
             lane.executor.abort()
         if self._builds is not None:
             self._builds.shutdown(wait=False)
 
     def close(self) -> None:
+        self._dispatch.shutdown(wait=not self._aborted, cancel_futures=True)
         for lane in self._lanes:
             lane.executor.close()
         if self._builds is not None:
@@ -221,3 +313,7 @@ class LanesExecutor(Executor):
             left, self._pending = self._pending, []
         for entry in left:
             entry.future.cancel()
+
+
+def _name(job: Job) -> str:
+    return f"{job.pair.problem.key}/{job.pair.candidate.name} {job.protocol}"

@@ -1,15 +1,20 @@
 """The local executor: one evaluation lane on one device. Builds on a CPU pool, children started
-ahead, pairs evaluated one at a time. Several lanes (one per GPU) are `kbv.executors.lanes`.
+ahead, pairs evaluated one at a time. Several lanes (one per GPU) are `kbv.executors.lanes`, which
+also hands a lane only pairs whose builds are ready.
 
 - Builds of compiled candidates run `jobs` at a time on CPU workers, cached by content hash
-  (`BuildPool`; lanes of one machine share one).
+  (`kbv.builds.BuildPool`; lanes of one machine share one), on cores apart from the lanes' and at
+  the lowest priority, or held while a pair is timed (`kbv.placement`).
 - Each pair's child is started ahead (`PRESTART` pairs in advance): interpreter, torch, CUDA
   context and guards are up before the pair's turn, while its build and the problem's preparation
-  run. A child serves one candidate and one protocol, and is closed after it.
-- Pairs are evaluated in submission order on one thread, so that each problem is prepared once for
-  all its candidates (per protocol), and only one pair uses the device at a time. Device work of our
-  own that could disturb a measurement (a child bringing up its CUDA context) waits while a pair is
-  timed or its memory measured.
+  run. It starts on the build cores and moves to the lane's own before its device comes up. A child
+  serves one candidate and one protocol, and is closed after it.
+- Pairs are evaluated in submission order on one thread, and only one pair uses the device at a
+  time. A lane holds up to `HELD_PER_PROTOCOL` prepared problems per protocol (the least recently
+  used is released first; on a GPU with less than `FREE_SHARE_TO_HOLD` of its memory free, only the
+  pair's own), so that each problem is prepared once for all its candidates even when their builds
+  finish out of order. Device work of our own that could disturb a measurement (a child
+  bringing up its CUDA context) waits while a pair is timed or its memory measured.
 - Each verdict carries where its wall time went (`evidence["stages_s"]`, `evidence["pair_s"]`).
 """
 
@@ -18,21 +23,32 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kbv.builds import Build, build_candidate, build_key, needs_build, prepare_candidate
+from kbv.builds import Build, BuildPool, prepare_candidate
 from kbv.candidates import Pair
 from kbv.errors import ProblemError, ProblemRunError
-from kbv.executors import Executor, Job, ProtocolRunner
+from kbv.executors import Executor, Job, ProtocolRunner, RunState
+from kbv.placement import Quiet, enter_lane_thread, enter_starter_thread, move_process
 from kbv.problems import out_of_memory
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
 from kbv.settings import Settings
 from kbv.stages import StageClock, measuring, stage
 from kbv.verdict import Status, Verdict
 
+__all__ = ["PRESTART", "HELD_PER_PROTOCOL", "BuildPool", "LocalExecutor", "WarmChild", "no_code_verdict"]
+
 PRESTART = 2  # children started ahead of their pair
+# Prepared problems a lane keeps per protocol. Two: a problem whose remaining builds finish while
+# another's pairs run is not prepared again; more would hold more device memory (inputs, references
+# and a baseline child each) for little.
+HELD_PER_PROTOCOL = 2
+# Below this share of the device's memory free, a lane keeps only the problem of the pair in hand:
+# what it holds for later pairs must not leave a candidate short (an out-of-memory verdict).
+FREE_SHARE_TO_HOLD = 0.25
 
 
 @dataclass
@@ -62,49 +78,31 @@ def _with_refusals(verdict: Verdict, build: Build, sandbox: Sandbox) -> Verdict:
     return replace(verdict, evidence={**verdict.evidence, "sandbox_refused": refused})
 
 
-class BuildPool:
-    """Builds of compiled candidates, `settings.jobs` at a time on CPU threads, each content hash
-    built once (and cached on disk across runs, see `kbv.builds`)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._pool = ThreadPoolExecutor(max_workers=max(1, settings.jobs), thread_name_prefix="kbv-build")
-        self._futures: dict[str, Future[Build]] = {}
-        self._lock = threading.Lock()
-
-    def start(self, pair: Pair) -> Future[Build]:
-        cand = pair.candidate
-        if cand.no_code or not needs_build(cand):
-            done: Future[Build] = Future()
-            done.set_result(prepare_candidate(cand, self.settings) if not cand.no_code else None)  # type: ignore[arg-type]
-            return done
-        key = build_key(cand, self.settings)
-        with self._lock:
-            if key not in self._futures:
-                self._futures[key] = self._pool.submit(build_candidate, cand, self.settings, key[:12])
-            return self._futures[key]
-
-    def shutdown(self, wait: bool) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=True)
-
-
 class LocalExecutor(Executor):
-    """One lane. `builds` and `quiet` may be shared with other lanes of the machine (lanes on one
-    device share its quiet lock); a lane that owns its build pool shuts it down on close."""
+    """One lane (`lane`: its index on this machine, for its cores). `builds` and `quiet` may be
+    shared with other lanes of the machine (lanes on one device share its quiet lock); a lane that
+    owns its build pool shuts it down on close."""
 
     def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
-                 quiet: threading.RLock | None = None) -> None:
+                 quiet: Quiet | threading.RLock | None = None, lane: int = 0) -> None:
         self.settings = settings
         self.runners = runners
         self._own_builds = builds is None
         self._builds = builds or BuildPool(settings)
-        self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval")
-        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start")
+        plan = self._plan = self._builds.plan
+        self._lane = lane
+        self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval",
+                                        initializer=enter_lane_thread, initargs=(plan, lane))
+        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start",
+                                           initializer=enter_starter_thread, initargs=(plan,))
         self._lock = threading.Lock()
-        self._quiet = quiet or threading.RLock()  # held while a pair is timed or measured
-        self._contexts: dict[str, tuple[str, Any]] = {}  # protocol -> (problem hash, prepared problem)
+        # held while a pair is timed or its memory measured; builds are stopped meanwhile in hold mode
+        self._quiet = quiet if isinstance(quiet, Quiet) else Quiet(quiet, self._builds.holds)
+        # protocol -> {problem hash: prepared problem (or its failure)}, least recently used first
+        self._contexts: dict[str, OrderedDict[str, Any]] = {}
         self._queue: list[Job] = []  # submitted, not yet evaluating
         self._warm: dict[str, Future[WarmChild]] = {}
+        self._current: tuple[Job, StageClock, float] | None = None  # the pair evaluating, for `state`
         self._aborted = False
 
     def submit(self, job: Job) -> Future[Verdict]:
@@ -131,11 +129,15 @@ class LocalExecutor(Executor):
             build_dir = prepare_candidate(cand, self.settings).build_dir
             label = f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}"
             spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir))
-            warm.sandbox = warm.stack.enter_context(Sandbox(spec))
+            warm.sandbox = warm.stack.enter_context(Sandbox(spec))  # born on the build cores
             if self._aborted:  # an interrupt came while it was spawned
                 warm.close()
                 raise ChildFailure(Status.CRASHED, "the run was interrupted", {})
-            with self._quiet:  # a CUDA context coming up must not land in another pair's timing
+            self._await_start(warm.sandbox)
+            with self._quiet.lock:  # a CUDA context coming up must not land in another pair's timing
+                if self._plan.pinned:
+                    assert warm.sandbox.proc is not None
+                    move_process(warm.sandbox.proc.pid, self._plan.lane_cpus(self._lane))
                 warm.sandbox.ready(self.settings.timeout_s)
         except ChildFailure as failure:
             warm.failure = failure
@@ -144,6 +146,16 @@ class LocalExecutor(Executor):
             raise
         warm.start_s = time.perf_counter() - t0
         return warm
+
+    def _await_start(self, sandbox: Sandbox) -> None:
+        """Wait while the spawned child imports torch (held, in hold mode, while a pair is timed)."""
+        holds = self._builds.holds
+        assert sandbox.proc is not None
+        holds.add(sandbox.proc.pid)
+        try:
+            sandbox.started(self.settings.timeout_s, paused=holds.paused_s if holds.active else None)
+        finally:
+            holds.discard(sandbox.proc.pid)
 
     def _child_for(self, job: Job) -> WarmChild:
         with self._lock:
@@ -159,8 +171,12 @@ class LocalExecutor(Executor):
     def _evaluate(self, job: Job, build_future: Future[Build]) -> Verdict:
         clock = StageClock(exclusive={"timing": self._quiet, "memory": self._quiet})
         t0 = time.perf_counter()
-        with measuring(clock):
-            verdict = self._evaluate_pair(job, build_future, clock)
+        self._current = (job, clock, time.monotonic())
+        try:
+            with measuring(clock):
+                verdict = self._evaluate_pair(job, build_future, clock)
+        finally:
+            self._current = None
         pair_s = time.perf_counter() - t0 - clock.seconds.get("build_wait", 0.0)
         return replace(verdict, evidence={**verdict.evidence, "stages_s": clock.rounded(), "pair_s": round(pair_s, 3)})
 
@@ -215,21 +231,21 @@ class LocalExecutor(Executor):
         return verdict
 
     def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:
-        """The prepared problem (one held per protocol); a problem that failed to prepare fails again."""
-        held = self._contexts.get(runner.name)
-        if held is not None and held[0] == pair.problem.hash:
-            if isinstance(held[1], ProblemError):
-                raise type(held[1])(str(held[1]))
-            return held[1]
-        if held is not None:
-            self._contexts.pop(runner.name)
-            if not isinstance(held[1], ProblemError):
-                runner.release(held[1])
-            held = None
-            self._return_device_memory(collect=True)
+        """The prepared problem (up to HELD_PER_PROTOCOL held per protocol); a problem that failed to
+        prepare fails again."""
+        held = self._contexts.setdefault(runner.name, OrderedDict())
+        if pair.problem.hash in held:
+            held.move_to_end(pair.problem.hash)
+            context = held[pair.problem.hash]
+            if isinstance(context, ProblemError):
+                raise type(context)(str(context))
+            self._keep_device_memory(pair)
+            return context
+        if len(held) >= HELD_PER_PROTOCOL:
+            self._release(runner, held, next(iter(held)))
         failure: ProblemError | None = None
         try:
-            context = runner.prepare(pair)
+            context = self._prepare(runner, pair, held)
         except ProblemError as exc:
             # kept without its traceback, whose frames would hold the half-made problem's tensors
             failure = type(exc)(str(exc))
@@ -239,11 +255,56 @@ class LocalExecutor(Executor):
             failure = ProblemRunError(f"{pair.problem.origin}: too large for {self.settings.device} under the "
                                       f"{runner.name} protocol: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}")
         if failure is not None:
-            self._contexts[runner.name] = (pair.problem.hash, failure)
+            held[pair.problem.hash] = failure
             self._return_device_memory(collect=True)
             raise type(failure)(str(failure))
-        self._contexts[runner.name] = (pair.problem.hash, context)
+        held[pair.problem.hash] = context
+        self._keep_device_memory(pair)
         return context
+
+    def _keep_device_memory(self, pair: Pair) -> None:
+        """On a GPU short of free memory, release every held problem but `pair`'s (any protocol)."""
+        if self.settings.device_type != "cuda" or not any(
+                problem != pair.problem.hash for held in self._contexts.values() for problem in held):
+            return
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(self.settings.device))
+        if free >= FREE_SHARE_TO_HOLD * total:
+            return
+        for name, held in self._contexts.items():
+            for problem in [p for p in held if p != pair.problem.hash]:
+                self._release(self.runners[name], held, problem)
+
+    def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
+        """`runner.prepare`; out of device memory with other problems held, once more after they are
+        released (a lane holds two where one fits)."""
+        try:
+            return runner.prepare(pair)
+        except Exception as exc:
+            if not out_of_memory(exc) or not held:
+                raise
+        for problem in list(held):
+            self._release(runner, held, problem)
+        return runner.prepare(pair)
+
+    def _release(self, runner: ProtocolRunner, held: OrderedDict[str, Any], problem: str) -> None:
+        context = held.pop(problem)
+        if not isinstance(context, ProblemError):
+            runner.release(context)
+        self._return_device_memory(collect=True)
+
+    # -- what it is doing ---------------------------------------------------------------------------
+    def state(self) -> RunState:
+        build = self._builds.state()
+        current = self._current
+        doing: tuple[str, ...] = ()
+        if current is not None:
+            job, clock, started = current
+            where = clock.now()
+            doing = (f"{self.settings.device}: {_pair_name(job)} {where[0]} {where[1]:.0f} s" if where
+                     else f"{self.settings.device}: {_pair_name(job)} {time.monotonic() - started:.0f} s",)
+        return RunState.of_builds(build, evaluating=doing)
 
     # -- stopping -----------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -267,7 +328,12 @@ class LocalExecutor(Executor):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 fut.result().close()
         if wait:
-            for runner_name, (_, context) in list(self._contexts.items()):
-                if not isinstance(context, ProblemError):
-                    self.runners[runner_name].release(context)
+            for runner_name, held in list(self._contexts.items()):
+                for context in held.values():
+                    if not isinstance(context, ProblemError):
+                        self.runners[runner_name].release(context)
             self._contexts.clear()
+
+
+def _pair_name(job: Job) -> str:
+    return f"{job.pair.problem.key}/{job.pair.candidate.name} {job.protocol}"

@@ -4,10 +4,19 @@ Driver (this process):
 - `connect` reaches the cluster within `CONNECT_TIMEOUT_S` (a port that does not answer is a one-line
   UsageError, never a hang); `RayCluster.probe` asks one worker what its device is, so that resume
   keys and provenance name the workers' device even when this machine has none.
-- Each compiled candidate is built once by a CPU task (`num_cpus=1`), into the cache of the node that
-  ran it (by content hash, as locally). A pair's task waits for its build and needs `num_gpus=1`
-  (`num_cpus=1` on `--device cpu`); Ray picks the node. A pair that lands on a node without its build
-  builds it there, once per node.
+- Each compiled candidate is built once by a CPU task (`num_cpus=1`, ninja `MAX_JOBS=1`, so that
+  builds never ask more of a node than its CPUs), into the cache of the node that ran it (by content
+  hash, as locally). A pair's task waits for its build and needs `num_gpus=1` (`num_cpus=1` on
+  `--device cpu`); Ray picks the node, so pairs start as their builds finish, in whatever order.
+  Where pairs need GPUs and the cluster has CPU-only nodes (alive when the run starts), each build
+  goes to one of those, the one with the fewest builds outstanding per CPU (soft node affinity: a
+  build waits for that node's CPUs, and moves elsewhere only if the node is lost), so GPU nodes take
+  the pairs and keep their CPUs for them. Ray alone would not keep it so: its preference for
+  CPU-only nodes (`scheduler_avoid_gpu_nodes`) gives way once they are half busy, and builds then
+  land on GPU nodes (seen in the test). `tests/executors/test_executors_ray.py` shows the placement
+  on two local nodes, one declaring a GPU. Without CPU-only nodes, Ray places builds. A pair that
+  lands on a node without its build builds it there, once per node. On a node that does both, builds keep off the cores of its pairs as local lanes do
+  (`kbv.placement`; the node's GPUs are its lanes).
 - Verdicts come back as the tasks finish; the caller (`kbv.api`) stores them, the only writer.
   Ctrl-C (`abort`) cancels every outstanding task (force: its worker and its children die).
 
@@ -38,15 +47,16 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kbv.builds import build_candidate, build_key, needs_build
+from kbv.builds import BuildOptions, build_candidate, build_key, needs_build
 from kbv.errors import ProblemError, UsageError
-from kbv.executors import Executor, Job, ProtocolRunner
+from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.settings import Settings, default_cache_dir
 from kbv.verdict import Status, Verdict
 
@@ -98,6 +108,16 @@ class RayCluster:
             raise UsageError(f"Ray cluster {self.address}: its workers run kbv {info['kbv']}, this driver "
                              f"kbv {kbv.__version__}: install the same kbv on every node.")
         return info
+
+
+def _cpu_only_nodes(ray: Any) -> dict[str, tuple[float, int]]:
+    """The cluster's live nodes with CPUs and no GPU: node id -> (CPUs, 0 builds outstanding)."""
+    nodes = {}
+    for node in ray.nodes():
+        res = node.get("Resources", {})
+        if node.get("Alive") and res.get("CPU", 0) > 0 and not res.get("GPU"):
+            nodes[node["NodeID"]] = (float(res["CPU"]), 0)
+    return nodes
 
 
 def _device_kind(device: str, gpus: float) -> str:
@@ -233,8 +253,15 @@ class RayExecutor(Executor):
                                                                if k not in DRIVER_ONLY}))
         self._provenance = {k: settings.provenance[k] for k in DRIVER_ONLY if k in settings.provenance}
         self._builds: dict[str, Any] = {}  # build key -> the ref of its build task
+        self._built: dict[str, dict[str, Any]] = {}  # build key -> what its task said (node, cpu_s, cached)
+        self._build_started: dict[str, float] = {}  # build key -> when it was submitted (outstanding)
         self._refs: dict[Any, Job] = {}  # outstanding pair tasks
         self._lock = threading.Lock()
+        # CPU-only nodes -> (CPUs, builds outstanding there), where pairs take GPUs
+        self._build_nodes = _cpu_only_nodes(ray) if "num_gpus" in _resources(settings.device_type) else {}
+        self._build_node_of: dict[str, str] = {}  # build key -> the node it was sent to
+        resources = ray.cluster_resources()
+        self.lanes = max(1, int(resources.get("GPU" if settings.device_type == "cuda" else "CPU", 1)))
 
     def submit(self, job: Job) -> Future[Verdict]:
         out: Future[Verdict] = Future()
@@ -254,8 +281,56 @@ class RayExecutor(Executor):
     def _build_ref(self, job: Job) -> Any:
         key = build_key(job.pair.candidate, self.settings)
         if key not in self._builds:
-            self._builds[key] = self._build_task.remote(job.pair.candidate, self._settings, key)
+            task = self._build_task.options(**self._build_placement(key))
+            ref = self._builds[key] = task.remote(job.pair.candidate, self._settings, key)
+            self._build_started[key] = time.monotonic()
+            ref.future().add_done_callback(lambda done: self._build_finished(key, done))
         return self._builds[key]
+
+    def _build_placement(self, key: str) -> dict[str, Any]:
+        """Task options that send a build to the CPU-only node least loaded per CPU (none: Ray's choice)."""
+        if not self._build_nodes:
+            return {}
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = min(self._build_nodes, key=lambda n: (self._build_nodes[n][1] / self._build_nodes[n][0], n))
+        cpus, outstanding = self._build_nodes[node]
+        self._build_nodes[node] = (cpus, outstanding + 1)
+        self._build_node_of[key] = node
+        return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=True)}
+
+    def _build_finished(self, key: str, done: Future[Any]) -> None:
+        try:
+            info = done.result()
+        except Exception:  # its pairs say what went wrong
+            info = {}
+        with self._lock:
+            self._build_started.pop(key, None)
+            self._built[key] = info if isinstance(info, dict) else {}
+            node = self._build_node_of.pop(key, None)
+            if node in self._build_nodes:
+                cpus, outstanding = self._build_nodes[node]
+                self._build_nodes[node] = (cpus, max(0, outstanding - 1))
+
+    def state(self) -> RunState:
+        now = time.monotonic()
+        with self._lock:
+            outstanding = dict(self._build_started)
+            built = list(self._built.values())
+            pairs = len(self._refs)
+        oldest = min(outstanding.values(), default=None)
+        fresh = [b for b in built if b and not b.get("cached")]
+        return RunState(builds_running=len(outstanding), oldest_build_s=now - oldest if oldest else 0.0,
+                        oldest_build="(a Ray task)" if oldest else None,
+                        evaluating=(f"ray: {pairs} pair tasks outstanding",) if pairs else (),
+                        builds_done=len(fresh), builds_cached=sum(1 for b in built if b.get("cached")),
+                        build_cpu_s=round(sum(float(b.get("cpu_s", 0.0)) for b in fresh), 2),
+                        build_wall_s=round(sum(float(b.get("wall_s", 0.0)) for b in fresh), 2))
+
+    def build_nodes(self) -> dict[str, str]:
+        """Build key -> the node that built it (builds finished so far)."""
+        with self._lock:
+            return {k: str(v.get("node")) for k, v in self._built.items() if v.get("node")}
 
     def _finished(self, ref: Any, job: Job, done: Future[Any], out: Future[Verdict]) -> None:
         """Runs on Ray's thread: only turns the task's outcome into the verdict future."""
@@ -341,30 +416,80 @@ def _remove_orphans(parent: Path) -> None:
             pass
 
 
-def _build_on_node(candidate: Any, settings: Settings, key: str) -> str:
-    """Build `candidate` into this node's cache (a CPU task); the node's id."""
+def _node_lanes() -> int:
+    """The GPUs of this node (its lanes, for `kbv.placement`): a task sees only its own."""
+    try:
+        return max(1, len(os.listdir("/proc/driver/nvidia/gpus")))
+    except OSError:
+        return 1
+
+
+def _task_lane() -> int:
+    """This task's GPU among the node's (0 without one)."""
     import ray
 
-    with _worker_dirs(settings) as here:
-        build_candidate(candidate, here, key[:12])
-    return str(ray.get_runtime_context().get_node_id())
+    ids = ray.get_gpu_ids()
+    try:
+        return int(ids[0]) if ids else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _build_on_node(candidate: Any, settings: Settings, key: str) -> dict[str, Any]:
+    """Build `candidate` into this node's cache (a CPU task): {"node", "cpu_s", "wall_s", "cached"}.
+    It runs on a thread of its own, on the node's build cores at the lowest priority (a thread's
+    priority cannot be raised again, and Ray reuses its workers)."""
+    import ray
+
+    from kbv.placement import current_plan, enter_build_thread
+
+    plan = current_plan(settings.build_isolation, _node_lanes(), settings.device_type)
+    out: dict[str, Any] = {}
+
+    def build() -> None:
+        enter_build_thread(plan)
+        with _worker_dirs(settings) as here:
+            try:
+                out["build"] = build_candidate(candidate, here, key[:12], BuildOptions(ninja_jobs=1))
+            except BaseException as exc:  # raised again on the task's thread
+                out["error"] = exc
+
+    thread = threading.Thread(target=build, name="kbv-build")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    built = out["build"]
+    return {"node": str(ray.get_runtime_context().get_node_id()), "cpu_s": built.cpu_s, "wall_s": built.wall_s,
+            "cached": built.cached}
 
 
 def _evaluate_on_worker(job: Job, recipe: Any, settings: Settings, secret: bytes, built: Any) -> tuple[str, Any]:
     """One pair on this worker, by the local executor's lane: ("verdict", Verdict), or
-    ("problem_error", the ProblemError). `built` (the build's node) only orders the task after it."""
+    ("problem_error", the ProblemError). `built` (what its build said) only orders the task after it.
+    The lane is the task's GPU on this node, for its cores."""
+    import ray
+
+    from kbv.builds import BuildPool
     from kbv.executors.local import LocalExecutor
+    from kbv.placement import current_plan
     from kbv.provenance import collect_provenance
 
     device = "cuda:0" if settings.device_type == "cuda" else "cpu"
+    node = str(ray.get_runtime_context().get_node_id())
     with _worker_dirs(settings) as here:
         here = replace(here, device=device, provenance={**here.provenance, **collect_provenance(device),
-                                                        "host": platform.node()})
-        lane = LocalExecutor(here, recipe.make(here, secret))
+                                                        "host": platform.node(), "ray_node": node})
+        plan = current_plan(here.build_isolation, _node_lanes(), here.device_type)
+        lane_index = _task_lane()
+        if plan.pinned:
+            here = replace(here, child_threads=len(plan.lane_cpus(lane_index)))
+        builds = BuildPool(here, plan)
+        lane = LocalExecutor(here, recipe.make(here, secret), builds, lane=lane_index)
         try:
             return "verdict", lane.submit(job).result()
         except ProblemError as exc:
             return "problem_error", exc
         finally:
             lane.close()
-
+            builds.shutdown(wait=True)

@@ -10,6 +10,7 @@ commands from CMD_FD and writes JSON replies to RES_FD; stdout and stderr are th
 never parsed.
 
 Commands (dicts with an "op"):
+    ping                        -> the child is up (torch imported, no device yet)
     hello                       -> versions and device
     build   path                -> import the candidate once (compiles its extensions), nothing else
     load    source, ...         -> import and construct the model (candidate or reference)
@@ -647,6 +648,9 @@ def serve(cmd_fd: int, res_fd: int, fd_sock: int | None = None) -> int:
         if op == "exit":
             send_reply(res_fd, {"bye": True})
             return 0
+        if op == "ping":  # torch is imported (with this module's wire): nothing else comes up yet
+            send_reply(res_fd, {"ok": True, "pid": os.getpid()})
+            continue
         if child is None:
             try:
                 child = Child(res_fd, sock)

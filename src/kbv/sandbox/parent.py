@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -41,7 +43,7 @@ TAIL_BYTES = 16 * 1024
 # What each reply must hold. A reply that lacks it came from a broken or forged result channel
 # (the candidate can write to it): the pair fails as `crashed`, the run goes on.
 _EXPECTED = {
-    "hello": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
+    "hello": ("pid",), "ping": ("pid",), "build": ("built",), "load": ("loaded",), "forward": ("outputs", "count", "copied"),
     "time": ("samples_ms",), "pool": ("sets",), "warmup": ("calls",), "time_block": ("device_ms", "host_ms"),
     "memory": ("peak_bytes", "retained_bytes"), "replay": ("pairs",), "bandwidth": ("gbps",),
     "attribution": ("wall_ms", "kernels", "launches", "ghost", "ghost_copied"), "alloc": ("slot", "size", "offsets"),
@@ -65,6 +67,7 @@ class ChildSpec:
     parent_device: str | None = None  # the child's GPU in the parent's numbering ("cuda:N"), for copies
     isolation: Isolation | None = None  # None: the strongest this process can have (`--sandbox auto`)
     hidden: tuple[Path, ...] = ()  # never in the child's view: the run directory, the build cache
+    extra_env: tuple[tuple[str, str], ...] = ()  # set by kbv for builds (`Settings.compile_env`, MAX_JOBS)
 
     def build_outputs(self) -> tuple[Path, Path]:
         """The directories of the build the child writes: compiled extensions and Triton's cache."""
@@ -99,6 +102,7 @@ def child_env(spec: ChildSpec) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = spec.visible_devices
     if spec.cuda_arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = spec.cuda_arch_list
+    env.update(dict(spec.extra_env))
     return env
 
 
@@ -237,8 +241,11 @@ class Sandbox:
         # a PATH entry that holds the user's home (or is /) would bring all of it into view
         paths = [p for p in paths if p and os.path.isabs(p) and not home.startswith(os.path.realpath(p))]
         others = (spec.work_dir.parent, spec.build_dir.parent)  # sibling children's and builds' directories
+        # the shared precompiled headers and the compiler script (kbv.pch): read-only, so that no
+        # candidate plants a header or a compiler that later builds would use
+        shared = tuple(Path(env[k]) for k in ("KBV_PCH_DIR",) if env.get(k) and os.path.isdir(env[k]))
         return ChildView(work_dir=spec.work_dir, writable=(*spec.build_outputs(), self.arena.dir),
-                         readable=(spec.build_dir,), hidden=tuple(dict.fromkeys((*spec.hidden, *others))),
+                         readable=(spec.build_dir, *shared), hidden=tuple(dict.fromkeys((*spec.hidden, *others))),
                          env_paths=tuple(paths), gpu=spec.device != "cpu")
 
     def ready(self, timeout_s: float) -> dict[str, Any]:
@@ -283,13 +290,18 @@ class Sandbox:
         assert self.channel is not None
         return self.channel
 
-    def call(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error)."""
+    def call(self, command: dict[str, Any], timeout_s: float,
+             paused: Callable[[], float] | None = None) -> dict[str, Any]:
+        """Send `command`; return the reply. Raises ChildFailure (crash, timeout, candidate error).
+        `paused`: a clock of the seconds the child has been held stopped (`kbv.placement.Holds`),
+        which do not count against `timeout_s`."""
         if self.proc is None:
             raise SandboxError("sandbox not started")
         deadline = time.monotonic() + timeout_s
         try:
             send_command(self._cmd_w, command)
+            if paused is not None:
+                deadline = self._await_reply(deadline, paused)
             reply = decode_reply(read_frame(self._res_r, deadline))
         except WireTimeout:
             self.kill()
@@ -305,6 +317,43 @@ class Sandbox:
             raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']} (missing {', '.join(missing) or 'ok'}): "
                                "the result channel was written by something other than the harness", self.evidence())
         return reply
+
+    def _await_reply(self, deadline: float, paused: Callable[[], float]) -> float:
+        """Wait until a reply begins, the deadline moving on by the time spent held; the deadline
+        for the rest of the reply."""
+        held_at_start = paused()
+        while True:
+            limit = deadline + paused() - held_at_start
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise WireTimeout()
+            ready, _, _ = select.select([self._res_r], [], [], min(remaining, 1.0))
+            if ready:
+                return max(limit, time.monotonic() + 10.0)
+
+    def started(self, timeout_s: float, paused: Callable[[], float] | None = None) -> None:
+        """Wait until the spawned child has imported torch and reads commands (it answers `ping`
+        before bringing up any device)."""
+        self.call({"op": "ping"}, timeout_s, paused)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU-seconds used so far by the child's process group (the child, and bwrap and its init
+        around it in a sandbox) and by the processes they have waited for (a build's ninja and
+        compilers), from /proc; None where unknown. Each member counts its own time and its reaped
+        children's, so nothing counts twice."""
+        if self.proc is None:
+            return None
+        ticks, found = 0, False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) != self.proc.pid:  # its process group (the child's session leader)
+                    continue
+                ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+                found = True
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+        return ticks / os.sysconf("SC_CLK_TCK") if found else None
 
     def _death(self, op: str, exc: BaseException) -> ChildFailure:
         assert self.proc is not None

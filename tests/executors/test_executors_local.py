@@ -1,0 +1,95 @@
+"""One local lane (`kbv.executors.local`): the prepared problems it holds while builds finish out of
+order (each prepared once while held, the least recently used released first, a second let go when
+the device runs out of memory), and what it says it is doing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kbv.candidates import Candidate, Pair
+from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor
+from kbv.problems import Problem
+from kbv.settings import Settings
+
+
+class CountingRunner:
+    """Prepares a problem into a token; `oom_when_held`: preparing with another held runs out of memory."""
+
+    name = "standard"
+
+    def __init__(self, oom_when_held: bool = False) -> None:
+        self.prepared: list[str] = []
+        self.released: list[str] = []
+        self.live: set[str] = set()
+        self.oom_when_held = oom_when_held
+
+    def prepare(self, pair: Pair) -> str:
+        if self.oom_when_held and self.live:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        self.prepared.append(pair.problem.name)
+        self.live.add(pair.problem.name)
+        return pair.problem.name
+
+    def release(self, context: str) -> None:
+        self.released.append(context)
+        self.live.discard(context)
+
+
+def _pair(name: str) -> Pair:
+    problem = Problem(name=name, level=1, problem_id=int(name.split("_")[0]), code=f"# {name}\n", origin=f"{name}.py")
+    return Pair(problem, Candidate(code="# c\n", name=f"{name}__c", origin="c.py", problem_ref=name))
+
+
+def _lane(tmp_path: Path, runner: CountingRunner) -> Any:
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    return LocalExecutor(settings, {"standard": runner})  # type: ignore[dict-item]
+
+
+def test_a_lane_prepares_each_problem_once_while_it_holds_it(tmp_path: Path) -> None:
+    runner = CountingRunner()
+    lane = _lane(tmp_path, runner)
+    assert HELD_PER_PROTOCOL == 2
+    for name in ("1_A", "2_B", "1_A", "2_B", "1_A"):  # builds of A and B finishing in turns
+        assert lane._context(runner, _pair(name)) == name
+    assert runner.prepared == ["1_A", "2_B"] and runner.released == []
+    lane._context(runner, _pair("3_C"))  # a third: the least recently used (B) goes
+    assert runner.released == ["2_B"] and runner.live == {"1_A", "3_C"}
+    lane._context(runner, _pair("2_B"))
+    assert runner.prepared == ["1_A", "2_B", "3_C", "2_B"] and runner.released == ["2_B", "1_A"]
+    lane.close()
+    assert runner.live == set()  # what it held is released with it
+
+
+def test_out_of_device_memory_with_another_problem_held_releases_it_and_prepares_again(tmp_path: Path) -> None:
+    runner = CountingRunner(oom_when_held=True)
+    lane = _lane(tmp_path, runner)
+    lane._context(runner, _pair("1_A"))
+    assert lane._context(runner, _pair("2_B")) == "2_B"  # not a problem failure: A made room
+    assert runner.released == ["1_A"] and runner.live == {"2_B"}
+    lane.close()
+
+
+def test_an_idle_lane_says_nothing_is_evaluating(tmp_path: Path) -> None:
+    lane = _lane(tmp_path, CountingRunner())
+    state = lane.state()
+    lane.close()
+    assert state.evaluating == () and state.builds_running == 0
+
+
+def test_a_gpu_short_of_free_memory_keeps_only_the_problem_in_hand(tmp_path: Path, monkeypatch: Any) -> None:
+    import torch
+
+    free = {"bytes": 90}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 100))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runner = CountingRunner()
+    settings = Settings(device="cuda:0", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": runner})  # type: ignore[dict-item]
+    lane._context(runner, _pair("1_A"))
+    lane._context(runner, _pair("2_B"))
+    assert runner.live == {"1_A", "2_B"}  # room enough: both held
+    free["bytes"] = 10
+    lane._context(runner, _pair("2_B"))
+    assert runner.live == {"2_B"} and runner.released == ["1_A"]
+    lane.close()
