@@ -161,7 +161,8 @@ def test_holds_that_are_off_touch_nothing() -> None:
 
 @linux
 def test_time_held_does_not_count_against_a_childs_timeout(tmp_path: Path) -> None:
-    candidate = tmp_path / "cand.py"  # 1 CPU-second of import: a build that takes 1 s running
+    (tmp_path / "build").mkdir()
+    candidate = tmp_path / "build" / "cand.py"  # 1 CPU-second of import: a build that takes 1 s running
     candidate.write_text("import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0: pass\n")
     spec = ChildSpec(work_dir=tmp_path / "work", build_dir=tmp_path / "build", device="cpu")
     holds = Holds(active=True)
@@ -217,7 +218,8 @@ def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path
     plan = current_plan("pin", 1, "cpu")
     result = evaluate(EvalConfig(candidates=str(tmp_path / "cands"), problems=str(tmp_path / "problems"),
                                  device="cpu", build_isolation="pin", run_dir=str(tmp_path / "run"),
-                                 cache_dir=str(tmp_path / "cache"), seed=1))
+                                 cache_dir=str(tmp_path / "cache"), seed=1,
+                                 sandbox="off"))  # the candidate reports to a file of the test's
     assert [v.status.value for v in result.verdicts] == ["correct"], result.verdicts[0].message
     assert result.verdicts[0].provenance["build_isolation"] == plan.describe()
     seen = [json.loads(line) for line in log.read_text().splitlines()]

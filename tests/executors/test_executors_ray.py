@@ -44,7 +44,10 @@ def _verdicts(stdout: str) -> list[Verdict]:
 
 def _stored_keys(run: Path) -> list[str]:
     with sqlite3.connect(f"file:{run / DB_NAME}?mode=ro", uri=True, timeout=10) as db:
-        return [k for (k,) in db.execute("SELECT key FROM verdicts")]
+        try:
+            return [k for (k,) in db.execute("SELECT key FROM verdicts")]
+        except sqlite3.OperationalError:  # the driver has made the file, not yet its tables
+            return []
 
 
 def _write_candidate(root: Path, name: str, init_body: str) -> Path:
