@@ -7,7 +7,9 @@ ahead, pairs evaluated one at a time. Several lanes (one per GPU) are `kbv.execu
   context and guards are up before the pair's turn, while its build and the problem's preparation
   run. A child serves one candidate and one protocol, and is closed after it.
 - Pairs are evaluated in submission order on one thread, so that each problem is prepared once for
-  all its candidates (per protocol), and only one pair uses the device at a time. Device work of our
+  all its candidates (per protocol), and only one pair uses the device at a time. A lane keeps up to
+  `held` prepared problems per protocol, the least recently used released first (one for a run,
+  whose pairs come grouped by problem; more for `kbv serve`, whose requests interleave them). Device work of our
   own that could disturb a measurement (a child bringing up its CUDA context) waits while a pair is
   timed or its memory measured.
 - Each verdict carries where its wall time went (`evidence["stages_s"]`, `evidence["pair_s"]`).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -84,7 +87,8 @@ class LocalExecutor(Executor):
     device share its quiet lock); a lane that owns its build pool shuts it down on close."""
 
     def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
-                 quiet: threading.RLock | None = None) -> None:
+                 quiet: threading.RLock | None = None, held: int = 1) -> None:
+        assert held >= 1, "a lane holds at least the problem it evaluates"
         self.settings = settings
         self.runners = runners
         self._own_builds = builds is None
@@ -93,7 +97,9 @@ class LocalExecutor(Executor):
         self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start")
         self._lock = threading.Lock()
         self._quiet = quiet or threading.RLock()  # held while a pair is timed or measured
-        self._contexts: dict[str, tuple[str, Any]] = {}  # protocol -> (problem hash, prepared problem)
+        self._held = held
+        # protocol -> {problem hash: prepared problem (or its failure)}, least recently used first
+        self._contexts: dict[str, OrderedDict[str, Any]] = {}
         self._queue: list[Job] = []  # submitted, not yet evaluating
         self._warm: dict[str, Future[WarmChild]] = {}
         self._aborted = False
@@ -205,18 +211,17 @@ class LocalExecutor(Executor):
         return verdict
 
     def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:
-        """The prepared problem (one held per protocol); a problem that failed to prepare fails again."""
-        held = self._contexts.get(runner.name)
-        if held is not None and held[0] == pair.problem.hash:
-            if isinstance(held[1], ProblemError):
-                raise type(held[1])(str(held[1]))
-            return held[1]
-        if held is not None:
-            self._contexts.pop(runner.name)
-            if not isinstance(held[1], ProblemError):
-                runner.release(held[1])
-            held = None
-            self._return_device_memory(collect=True)
+        """The prepared problem (up to `held` kept per protocol); a problem that failed to prepare
+        fails again."""
+        held = self._contexts.setdefault(runner.name, OrderedDict())
+        if pair.problem.hash in held:
+            held.move_to_end(pair.problem.hash)
+            context = held[pair.problem.hash]
+            if isinstance(context, ProblemError):
+                raise type(context)(str(context))
+            return context
+        while len(held) >= self._held:
+            self._release(runner, held, next(iter(held)))
         failure: ProblemError | None = None
         try:
             context = runner.prepare(pair)
@@ -229,11 +234,17 @@ class LocalExecutor(Executor):
             failure = ProblemRunError(f"{pair.problem.origin}: too large for {self.settings.device} under the "
                                       f"{runner.name} protocol: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}")
         if failure is not None:
-            self._contexts[runner.name] = (pair.problem.hash, failure)
+            held[pair.problem.hash] = failure
             self._return_device_memory(collect=True)
             raise type(failure)(str(failure))
-        self._contexts[runner.name] = (pair.problem.hash, context)
+        held[pair.problem.hash] = context
         return context
+
+    def _release(self, runner: ProtocolRunner, held: OrderedDict[str, Any], problem: str) -> None:
+        context = held.pop(problem)
+        if not isinstance(context, ProblemError):
+            runner.release(context)
+        self._return_device_memory(collect=True)
 
     # -- stopping -----------------------------------------------------------------------------------
     def abort(self) -> None:
@@ -257,7 +268,8 @@ class LocalExecutor(Executor):
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 fut.result().close()
         if wait:
-            for runner_name, (_, context) in list(self._contexts.items()):
-                if not isinstance(context, ProblemError):
-                    self.runners[runner_name].release(context)
+            for runner_name, held in list(self._contexts.items()):
+                for context in held.values():
+                    if not isinstance(context, ProblemError):
+                        self.runners[runner_name].release(context)
             self._contexts.clear()
