@@ -141,12 +141,16 @@ class RunSession:
     runners: dict[str, ProtocolRunner]
     executor: Executor
     protocols: tuple[str, ...]  # those `runners` has, in `config.protocol`'s order
+    # (protocol fingerprint, device fingerprint) by protocol: fixed for the session, and costly to
+    # recompute for every request of `kbv serve`
+    fingerprints: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def key(self, pair: Pair, protocol: str) -> str:
         """The resume key of `pair` under `protocol`: a verdict stored under it is this pair's."""
         c = pair.candidate
-        return pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
-                        self.runners[protocol].fingerprint(), device_fingerprint(self.settings.provenance))
+        rules, device = self.fingerprints.get(protocol) or (self.runners[protocol].fingerprint(),
+                                                             device_fingerprint(self.settings.provenance))
+        return pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample, rules, device)
 
     def job(self, pair: Pair, protocol: str) -> Job:
         return Job(pair, protocol, self.key(pair, protocol))
@@ -172,7 +176,9 @@ def open_session(config: EvalConfig, executor: Executor | None = None) -> Iterat
         if executor is None:
             executor = _executor(config, settings, devices, runners, store, secret, cluster)
             stack.callback(executor.close)  # before the store closes: a closing lane may still finish a pair
-        yield RunSession(settings, store, runners, executor, protocols)
+        device = device_fingerprint(settings.provenance)
+        yield RunSession(settings, store, runners, executor, protocols,
+                         {name: (runner.fingerprint(), device) for name, runner in runners.items()})
 
 
 def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = None) -> list[Build]:

@@ -121,14 +121,18 @@ class Store:
     def get_verdicts(self, keys: Iterable[str]) -> dict[str, Verdict]:
         """The stored verdicts of those `keys` that have one (an indexed look-up, whatever the
         store's size: `kbv serve` asks it for every request)."""
+        return {k: Verdict.from_dict(d) for k, d in self.get_verdict_data(keys).items()}
+
+    def get_verdict_data(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """`get_verdicts` as the stored JSON (`Verdict.to_dict`), for a caller that sends it on."""
         wanted = list(dict.fromkeys(keys))
-        found: dict[str, Verdict] = {}
+        found: dict[str, dict[str, Any]] = {}
         for i in range(0, len(wanted), 500):  # within SQLite's limit on bound parameters
             chunk = wanted[i:i + 500]
             with self._lock:
                 rows = self._db.execute(f"SELECT key, data FROM verdicts WHERE key IN ({','.join('?' * len(chunk))})",
                                         chunk).fetchall()
-            found.update((k, Verdict.from_dict(json.loads(d))) for k, d in rows)
+            found.update((k, json.loads(d)) for k, d in rows)
         return found
 
     def verdicts_of(self, keys: Iterable[str]) -> list[Verdict]:

@@ -13,7 +13,7 @@ from the store and nothing ran for this request.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbv.reward import RewardRule
@@ -29,13 +29,17 @@ class Answer:
     reward_rule: str
     reward_version: int
     cached: bool
+    # the verdicts as the store holds them (`Verdict.to_dict`), by protocol, where they came from it:
+    # sent as they are (making them again from the records is most of a cached answer's cost)
+    stored: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, problem: str, protocol: str, verdicts: dict[str, Verdict], rule: RewardRule,
-           cached: bool) -> Answer:
+           cached: bool, stored: dict[str, dict[str, Any]] | None = None) -> Answer:
         """The answer for `verdicts`, rewarded by `rule` on the deciding one."""
         deciding = verdicts.get("verified") or verdicts["standard"]
-        return cls(problem, protocol, dict(verdicts), rule.reward(deciding), rule.name, rule.version, cached)
+        return cls(problem, protocol, dict(verdicts), rule.reward(deciding), rule.name, rule.version, cached,
+                   dict(stored or {}))
 
     @property
     def verdict(self) -> Verdict:
@@ -54,12 +58,15 @@ class Answer:
         out: dict[str, Any] = {
             "problem": self.problem, "protocol": self.protocol, "status": self.status, "speedup": _finite(self.speedup),
             "reward": self.reward, "reward_rule": {"name": self.reward_rule, "version": self.reward_version},
-            "cached": self.cached, "verdict": self.verdict.to_dict()}
+            "cached": self.cached, "verdict": self._verdict_dict(self.verdict)}
         if len(self.verdicts) > 1:
             standard = self.verdicts["standard"]
             out["standard"] = {"status": standard.status.value, "speedup": _finite(standard.speedup),
-                               "verdict": standard.to_dict()}
+                               "verdict": self._verdict_dict(standard)}
         return out
+
+    def _verdict_dict(self, verdict: Verdict) -> dict[str, Any]:
+        return self.stored.get(verdict.protocol) or verdict.to_dict()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Answer:

@@ -84,6 +84,7 @@ def serve(config: ServeConfig, ready: Callable[[str], None] | None = None) -> Se
         line = (f"kbv serve: {url} · {len(problems)} problems · {session.settings.device} · "
                 f"reward {rule.name} v{rule.version} · run {session.settings.run_dir}")
         server.on_ready = (lambda: ready(line)) if ready else None
+        _freeze_heap()
         server.run(sockets=[sock])
         aborted = server.aborted
     return ServeResult(url, aborted)
@@ -157,6 +158,16 @@ def _bind(host: str, port: int) -> socket.socket:
 
 def _url(host: str, port: int) -> str:
     return f"http://[{host.strip('[]')}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _freeze_heap() -> None:
+    """Keep what start-up made (torch, the problems, the runners: millions of objects) out of the
+    garbage collector's full passes, which otherwise stall every request in flight for a few hundred
+    milliseconds now and then (seen: a cached answer's p99 at 340 ms under 16 clients)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _version() -> str:

@@ -99,7 +99,8 @@ class Service:
                     job = self.session.job(pair, protocol)
                     wanted.setdefault(job.key, job)
             fresh = [key for key in wanted if key not in self._in_flight]
-            stored = self.session.store.get_verdicts(fresh)
+            records = self.session.store.get_verdict_data(fresh)
+            stored = {key: Verdict.from_dict(data) for key, data in records.items()}
             new = [wanted[key] for key in fresh if key not in stored]
             if new and len(self._in_flight) + len(new) > self.limits.max_queue:
                 raise ServiceError(429, f"the queue is full ({len(self._in_flight)} pairs in flight, the limit is "
@@ -110,7 +111,7 @@ class Service:
             for job in new:
                 futures[job.key] = self._start(job)
             self._counts["joined"] += len(joined)
-        return [self._answer(item, pair, {p: self.session.key(pair, p) for p in item.protocols}, futures, stored)
+        return [self._answer(item, pair, {p: self.session.key(pair, p) for p in item.protocols}, futures, records)
                 for item, pair in zip(items, pairs)]
 
     def evaluate(self, items: Sequence[Item], timeout_s: float | None = None) -> list[Answer]:
@@ -170,11 +171,13 @@ class Service:
         return verdict
 
     def _answer(self, item: Item, pair: Pair, keys: dict[str, str], futures: dict[str, Future[Verdict]],
-                stored: dict[str, Verdict]) -> Future[Answer]:
-        """The answer to `item`, once the verdicts of its `keys` (protocol -> key) are all in."""
+                records: dict[str, dict[str, Any]]) -> Future[Answer]:
+        """The answer to `item`, once the verdicts of its `keys` (protocol -> key) are all in;
+        `records`: those the store held at admission, as it holds them."""
         answer: Future[Answer] = Future()
         parts = {protocol: futures[key] for protocol, key in keys.items()}
-        cached = all(key in stored for key in keys.values())
+        cached = all(key in records for key in keys.values())
+        stored = {protocol: records[key] for protocol, key in keys.items() if key in records}
 
         def then() -> None:
             failed = [f.exception() for f in parts.values() if f.exception() is not None]
@@ -182,7 +185,7 @@ class Service:
                 _settle(answer, failed[0] if isinstance(failed[0], ServiceError) else ServiceError(500, str(failed[0])))
                 return
             made = Answer.of(pair.problem.key, item.protocol, {p: f.result() for p, f in parts.items()}, self.rule,
-                             cached)
+                             cached, stored)
             try:
                 self.session.store.put_answer(made.record(list(keys.values())))
             except Exception as exc:
