@@ -11,7 +11,9 @@
 # onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. `pairs` runs throughput's
-# full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
+# full case (both protocols, side by side) on the examples named by PAIRS_GLOB only. `serve-site`
+# installs FastAPI, uvicorn and httpx from .dev/wheels (carry .dev; the box has no index), `serve-tests`
+# runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -94,6 +96,12 @@ for s in "$@"; do
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
         --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-0}" \
         --out "$OUT/agreement.json" ;;
+    serve-site) step serve-site 120 python3 -m pip install -q --no-index --find-links .dev/wheels \
+      'fastapi>=0.110' 'uvicorn>=0.30' 'httpx>=0.27' ;;
+    serve-tests) step serve-tests "${SERVE_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider --durations=10 \
+      tests/serve tests/test_client.py tests/test_reward.py ;;
+    serve) step serve "${SERVE_LIMIT:-540}" python3 bench/serve.py --device cuda --problems full --timer-budget 4 \
+      --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -26,7 +26,6 @@ import json
 import os
 import select
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ def main() -> int:
     pairs = _pairs(args)
     print(f"{len(pairs)} candidates on {len({p for p, _ in pairs})} problems, protocol {args.protocol}, "
           f"device {args.device}; work in {root}", flush=True)
-    _warm_builds(args, cache)
+    _warm_builds(args, root, cache)
     result: dict[str, Any] = {"device": args.device, "protocol": args.protocol, "candidates": len(pairs)}
     result["eval"] = _eval(args, root / "run-eval", cache)
     print(f"kbv eval: {result['eval']['pairs']} pairs in {result['eval']['wall_s']:.1f} s", flush=True)
@@ -104,12 +103,12 @@ def _pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     return [(p.problem.key, p.candidate.code) for p in pairing.pairs if not p.candidate.no_code]
 
 
-def _warm_builds(args: argparse.Namespace, cache: Path) -> None:
+def _warm_builds(args: argparse.Namespace, root: Path, cache: Path) -> None:
     from kbv.api import EvalConfig, warm_builds
 
     t0 = time.monotonic()
     builds = warm_builds(EvalConfig(candidates=args.candidates, problems=args.problems, cache_dir=str(cache),
-                                    **_config_kw(args)))
+                                    run_dir=str(root / "run-builds"), **_config_kw(args)))
     print(f"builds warmed: {len(builds)} in {time.monotonic() - t0:.1f} s", flush=True)
 
 

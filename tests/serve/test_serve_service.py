@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,6 +191,6 @@ def test_the_candidate_is_named_after_its_code_so_identical_code_is_one_pair(ser
     assert len(set(names)) == 3 and all(n.split("__")[0] in ("19_ReLU", "20_Other") for n in names)
     assert names[0].split("__")[1] == names[2].split("__")[1]  # same code, same hash, two problems
     assert not any(j.pair.candidate.no_code for j in hand.submitted)
-    empty = replace(Item("L1/19_ReLU", "# nothing here\n", "standard"))
+    empty = Item("L1/19_ReLU", "# nothing here\n", "standard")
     service.submit([empty])
     assert hand.submitted[-1].pair.candidate.no_code
