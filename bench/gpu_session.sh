@@ -23,6 +23,9 @@
 # CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
 # `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
 # earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
+# `serve-site`
+# installs FastAPI, uvicorn and httpx from .dev/wheels (carry .dev; the box has no index), `serve-tests`
+# runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -126,6 +129,12 @@ for s in "$@"; do
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
         --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-0}" \
         --out "$OUT/agreement.json" ;;
+    serve-site) step serve-site 120 python3 -m pip install -q --no-index --find-links .dev/wheels \
+      'fastapi>=0.110' 'uvicorn>=0.30' 'httpx>=0.27' ;;
+    serve-tests) step serve-tests "${SERVE_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider --durations=10 \
+      tests/serve tests/test_client.py tests/test_reward.py ;;
+    serve) step serve "${SERVE_LIMIT:-540}" python3 bench/serve.py --device cuda --problems full --timer-budget 4 \
+      --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -179,3 +179,18 @@ def test_a_killed_run_keeps_its_verdicts_and_resumes(tmp_path: Path, relu_proble
     before = {v.candidate: json.dumps(v.to_dict(), sort_keys=True) for v in written}
     after = {v.candidate: json.dumps(v.to_dict(), sort_keys=True) for v in resumed.verdicts}
     assert all(after[name] == text for name, text in before.items())  # written verdicts untouched
+
+
+def test_get_verdicts_finds_the_stored_among_many_keys_and_answers_round_trip(tmp_path):
+    store = Store(tmp_path / DB_NAME)
+    verdicts = {f"k{i}": _rich_verdict(candidate=f"c{i}") for i in range(0, 1200, 7)}
+    for key, verdict in verdicts.items():
+        store.put_verdict(key, verdict)
+    asked = [f"k{i}" for i in range(1200)] + ["k0"]  # past SQLite's bound-parameter limit, one twice
+    assert store.get_verdicts(asked) == verdicts and store.get_verdicts([]) == {}
+    answer = {"problem": "L1/19_ReLU", "candidate_hash": "ch", "protocol": "both", "keys": ["k0", "k7"],
+              "status": "verified", "reward": 1.5, "reward_rule": "kernelbench-rl", "reward_version": 1, "cached": True}
+    store.put_answer(answer)
+    [stored] = store.answers()
+    assert {k: v for k, v in stored.items() if k != "created_at"} == answer
+    store.close()

@@ -5,7 +5,9 @@
     for v in result.verdicts:
         print(v.problem, v.candidate, v.status.value, v.speedup)
 
-The CLI is a thin layer over these two functions.
+The CLI is a thin layer over these two functions. `open_session` is the run underneath `evaluate`:
+its store, protocol runners and executor, open for pairs submitted over its life (`kbv serve` keeps
+one open for as long as it serves).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class EvalConfig:
     timer_budget_s: float = 30.0  # verified timer: wall-clock cap per pair
     min_custom_share: float = 0.0  # verified: least share of time in the candidate's own kernels
     sandbox: str = "auto"  # strict | auto | off: how children are isolated (kbv.sandbox.isolation)
+    keep_problems: int = 0  # prepared problems a local lane keeps per protocol (0: the lane's default, 2)
 
 
 @dataclass(frozen=True)
@@ -157,13 +160,61 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None, executor: E
     """
     protocols = _protocols(config.protocol)
     _validate(config)
-    local = executor is not None or config.executor == "local"
-    devices = _devices(config) if local else ()  # under Ray, a worker says what its device is
     problems = load_problems(config.problems)
     pairing = load_candidates(config.candidates, problems)
     if not pairing.pairs:
         reasons = "; ".join(f"{u.candidate.origin}: {u.reason}" for u in pairing.unpaired[:3])
         raise UsageError(f"No candidate pairs with a problem of '{config.problems}'. {reasons}".strip())
+    with open_session(config, executor, notice) as session:
+        jobs, resumed, keys = _jobs(pairing.pairs, protocols, session)
+        try:
+            evaluated, failures, stats = _run_jobs(jobs, session.executor, session.store, progress, len(resumed),
+                                                   watch)
+        except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
+            session.executor.abort()
+            raise
+        verdicts = tuple(session.store.verdicts_of(keys))  # in problem order, however they completed
+    return RunResult(session.settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired,
+                     tuple(failures.values()), stats)
+
+
+@dataclass(frozen=True)
+class RunSession:
+    """One open run: where it runs, its store (the only writer is whoever holds the session), one
+    runner per protocol, and the executor pairs are submitted to. Made by `open_session`."""
+
+    settings: Settings
+    store: Store
+    runners: dict[str, ProtocolRunner]
+    executor: Executor
+    protocols: tuple[str, ...]  # those `runners` has, in `config.protocol`'s order
+    # (protocol fingerprint, device fingerprint) by protocol: fixed for the session, and costly to
+    # recompute for every request of `kbv serve`
+    fingerprints: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def key(self, pair: Pair, protocol: str) -> str:
+        """The resume key of `pair` under `protocol`: a verdict stored under it is this pair's."""
+        c = pair.candidate
+        rules, device = self.fingerprints.get(protocol) or (self.runners[protocol].fingerprint(),
+                                                             device_fingerprint(self.settings.provenance))
+        return pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample, rules, device)
+
+    def job(self, pair: Pair, protocol: str) -> Job:
+        return Job(pair, protocol, self.key(pair, protocol))
+
+
+@contextlib.contextmanager
+def open_session(config: EvalConfig, executor: Executor | None = None,
+                 notice: NoticeFn | None = None) -> Iterator[RunSession]:
+    """The run of `config` (`config.candidates` is not read): its settings, its store with this
+    invocation recorded, its runners, and `executor` or one made for `config` (closed on exit; the
+    holder aborts it first on an interrupt). `notice` hears the isolation its children get, before
+    anything runs. The calling thread keeps off the lanes' CPUs while the session is open. Raises
+    UsageError (SandboxUnavailable under --sandbox strict) and StoreError."""
+    _validate(config)
+    protocols = _protocols(config.protocol)
+    local = executor is not None or config.executor == "local"
+    devices = _devices(config) if local else ()  # under Ray, a worker says what its device is
     secret = _secret(config)
     with contextlib.ExitStack() as stack:
         cluster, probe = (None, None) if local else _connect(config, stack)
@@ -175,22 +226,13 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None, executor: E
         store = stack.enter_context(open_store(settings.run_dir))
         store.record_invocation(asdict(config), settings.provenance)
         runners = _runners(config, settings, store, secret)
-        jobs, resumed, keys = _jobs(pairing.pairs, protocols, runners, settings, store)
-        own_executor = executor is None
         if executor is None:
             executor = _executor(config, settings, devices, runners, store, secret, cluster)
+            stack.callback(executor.close)  # before the store closes: a closing lane may still finish a pair
         stack.enter_context(off_lanes(executor.plan))  # this thread too keeps off the timed CPUs
-        try:
-            evaluated, failures, stats = _run_jobs(jobs, executor, store, progress, len(resumed), watch)
-        except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
-            executor.abort()
-            raise
-        finally:
-            if own_executor:
-                executor.close()
-        verdicts = tuple(store.verdicts_of(keys))  # in problem order, however they completed
-    return RunResult(settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired, tuple(failures.values()),
-                     stats)
+        device = device_fingerprint(settings.provenance)
+        yield RunSession(settings, store, runners, executor, protocols,
+                         {name: (runner.fingerprint(), device) for name, runner in runners.items()})
 
 
 def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = None) -> list[Build]:
@@ -244,6 +286,8 @@ def _validate(config: EvalConfig) -> None:
     if config.jobs < 0:
         raise UsageError("--jobs must be >= 0 (0 picks one per core).")
     parse_isolation(config.build_isolation)
+    if config.keep_problems < 0:
+        raise UsageError("--keep-problems must be >= 1 (a lane holds at least the problem it evaluates; 0: its default).")
     if config.executor not in EXECUTOR_CHOICES:
         raise UsageError(f"Unknown executor '{config.executor}': expected local or ray.")
     if config.executor == "ray" and config.devices is not None:
@@ -299,8 +343,9 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
         return Quiet(locks.setdefault(device, threading.RLock()), builds.holds)
 
     settings.provenance["build_isolation"] = plan.describe()
+    held = config.keep_problems  # 0: the lane's own default
     first = _lane_settings(settings, plan, 0)
-    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device), lane=0)]
+    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device), lane=0, held=held)]
     for i, device in enumerate(devices[1:], start=1):
         lane = _lane_settings(replace(settings, device=device,
                                       provenance={**collect_provenance(device), **_sandbox_record(settings)}), plan, i)
@@ -309,7 +354,8 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
                              f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
         lane.provenance["build_isolation"] = plan.describe()
-        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device), lane=i))
+        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device), lane=i,
+                                   held=held))
     return LanesExecutor(lanes, builds)
 
 
@@ -433,20 +479,17 @@ def _verified_runner(config: EvalConfig, settings: Settings, secret: bytes) -> A
     return VerifiedRunner(protocol, timer, baselines, settings, secret)
 
 
-def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...], runners: dict[str, Any], settings: Settings,
-          store: Store) -> tuple[list[Job], list[str], list[str]]:
+def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...],
+          session: RunSession) -> tuple[list[Job], list[str], list[str]]:
     """The jobs to run, the keys already stored (resumed), and every key in problem order."""
-    device_fp = device_fingerprint(settings.provenance)
-    done = store.keys()
+    done = session.store.keys()
     jobs, resumed, keys = [], [], []
     order = sorted(pairs, key=lambda p: (p.problem.level or 0, p.problem.problem_id or 0, p.problem.name))
     for pair in order:
         for protocol in protocols:
-            c = pair.candidate
-            key = pair_key(pair.problem.hash, c.hash, c.name, c.model, c.sample,
-                           runners[protocol].fingerprint(), device_fp)
-            (resumed.append(key) if key in done else jobs.append(Job(pair, protocol, key)))
-            keys.append(key)
+            job = session.job(pair, protocol)
+            (resumed.append(job.key) if job.key in done else jobs.append(job))
+            keys.append(job.key)
     return jobs, resumed, keys
 
 

@@ -128,6 +128,72 @@ def _notice(line: str, warning: bool) -> None:
     err.print(f"[yellow]warning:[/] {escape(line)}" if warning else escape(line), markup=True, highlight=False)
 
 
+@app.command("serve")
+def serve_command(
+    problems: str = typer.Option("smoke", "--problems", "-p", help="The problems served: a .py file, a directory tree, a .parquet file, or a bundled suite (smoke, full)."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on. Anything beyond this machine needs --token-env."),
+    port: int = typer.Option(8000, help="Port to listen on (0: a free one; the ready line says which)."),
+    token_env: Optional[str] = typer.Option(None, help="An environment variable holding the bearer token every /v1 request must carry."),
+    reward: str = typer.Option("kernelbench-rl", help="The reward rule: kernelbench-rl (0.3 + speedup), log-speedup (max(0.1, 1 + ln speedup)) or correct (1); 0 unless passed."),
+    device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
+    devices: Optional[str] = typer.Option(None, help="One evaluation lane per device: auto (every GPU), GPU indices (0,1,3), or CPU lanes (cpu,cpu)."),
+    executor: str = typer.Option("local", help="local (this machine) or ray (a Ray cluster: one task per pair)."),
+    ray_address: Optional[str] = typer.Option(None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT."),
+    run: str = typer.Option("kbv-runs/serve", "--run", help="Run directory: every verdict and answer goes to its database (kbv report reads it); a restart answers what it holds."),
+    max_queue: int = typer.Option(4096, help="Pairs in flight at most; a request that would pass it gets 429."),
+    max_batch: int = typer.Option(1024, help="Items in one /v1/evaluate_batch at most (413 beyond)."),
+    max_code_bytes: int = typer.Option(1 << 20, help="Bytes of one item's code at most (413 beyond)."),
+    max_body_bytes: int = typer.Option(64 << 20, help="Bytes of one request body at most (413 beyond)."),
+    keep_problems: int = typer.Option(4, help="Prepared problems each lane keeps per protocol across requests."),
+    drain_timeout: float = typer.Option(20.0, help="On SIGTERM, seconds the admitted pairs may still take before they are aborted."),
+    seed: Optional[int] = typer.Option(None, help="Fix the verified protocol's secret seed (recorded)."),
+    timeout: float = typer.Option(300.0, help="Wall-clock seconds for one pair's evaluation."),
+    build_timeout: float = typer.Option(900.0, help="Wall-clock seconds for one candidate's build."),
+    jobs: int = typer.Option(0, help="Parallel builds (0: one per core, at most 8)."),
+    tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol."),
+    cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
+    precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 or fp32."),
+    baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
+    trials: int = typer.Option(2, help="Verified trials per hidden distribution."),
+    ci_target: float = typer.Option(0.01, help="Verified timer: stop when each median's CI half-width is below this."),
+    timer_budget: float = typer.Option(30.0, help="Verified timer: wall-clock seconds at most per pair."),
+    min_custom_share: float = typer.Option(0.0, help="Verified: least share of device time in the candidate's own kernels (0-1)."),
+    log_level: str = typer.Option("warning", help="uvicorn's log level: critical, error, warning, info or debug."),
+    access_log: bool = typer.Option(False, help="Log every request (uvicorn's access log)."),
+) -> None:
+    """Serve verified rewards over HTTP: POST /v1/evaluate, /v1/evaluate_batch; GET /healthz."""
+    from kbv.api import EvalConfig
+    from kbv.serve.requests import Limits
+    from kbv.serve.server import ServeConfig, serve
+
+    evaluation = EvalConfig(candidates="serve", problems=problems, device=device, devices=devices, executor=executor,
+                            ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout,
+                            build_timeout_s=build_timeout, jobs=jobs, tolerance=tolerance, cache_dir=cache_dir,
+                            precision=precision, baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
+                            trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
+                            min_custom_share=min_custom_share, keep_problems=keep_problems)
+    config = ServeConfig(evaluation=evaluation, host=host, port=port, token_env=token_env, reward=reward,
+                         limits=Limits(max_code_bytes=max_code_bytes, max_batch=max_batch, max_queue=max_queue,
+                                       max_body_bytes=max_body_bytes),
+                         drain_timeout_s=drain_timeout, log_level=log_level, access_log=access_log)
+
+    def ready(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    with _errors():
+        result = serve(config, ready)
+    note = f"; {result.aborted} pairs in flight were aborted (not stored)" if result.aborted else ""
+    err.print(f"kbv serve: stopped{note}; every stored verdict is in {run}", highlight=False)
+    if result.aborted:  # worker threads may still be inside a pair whose child was killed: do not wait
+        from kbv.sandbox import kill_all_children
+
+        kill_all_children()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(ExitCode.OK))
+
+
 def _render_run(result: Any, output: str) -> None:
     from kbv.metrics import metrics_by_group
     from kbv.report import metrics_table, verdict_table

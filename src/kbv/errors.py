@@ -13,6 +13,8 @@ A bad candidate is data (a verdict), never an exception: these are raised only f
     │                              its runner turns this into an `unsound_problem` verdict per candidate
     ├── CandidateSourceError       a candidate file/dir/JSONL that cannot be read or paired at all
     ├── StoreError                 the results database is unreadable or belongs to another schema
+    ├── ServiceError               `kbv serve` refused a request (its HTTP status), or could not be
+    │                              reached (`kbv.client`: no status)
     └── HarnessError               kbv itself failed (never a candidate's fault)
         └── SandboxError           a child process could not be started or spoke out of protocol
 """
@@ -58,6 +60,17 @@ class CandidateSourceError(KbvError):
 
 class StoreError(KbvError):
     """The results database cannot be opened or is of an incompatible schema."""
+
+
+class ServiceError(KbvError):
+    """A request `kbv serve` refused, with the HTTP status it answers (400 malformed, 401 token,
+    404 unknown problem, 413 too large, 429 queue full, 500 kbv or the problem failed, 503 stopping).
+    `kbv.client` raises it too, with the service's status and message, or `status` None when the
+    service could not be reached."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class HarnessError(KbvError):

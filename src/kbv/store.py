@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS pair_failures (
 CREATE TABLE IF NOT EXISTS baselines (
     key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL,
     data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS answers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, problem TEXT NOT NULL,
+    candidate_hash TEXT NOT NULL, protocol TEXT NOT NULL, keys TEXT NOT NULL, status TEXT NOT NULL,
+    reward REAL NOT NULL, reward_rule TEXT NOT NULL, reward_version INTEGER NOT NULL, cached INTEGER NOT NULL);
 """
 
 
@@ -118,11 +122,51 @@ class Store:
         wanted = set(keys) if keys is not None else None
         return [Verdict.from_dict(json.loads(d)) for k, d in rows if wanted is None or k in wanted]
 
+    def get_verdicts(self, keys: Iterable[str]) -> dict[str, Verdict]:
+        """The stored verdicts of those `keys` that have one (an indexed look-up, whatever the
+        store's size: `kbv serve` asks it for every request)."""
+        return {k: Verdict.from_dict(d) for k, d in self.get_verdict_data(keys).items()}
+
+    def get_verdict_data(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """`get_verdicts` as the stored JSON (`Verdict.to_dict`), for a caller that sends it on."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, dict[str, Any]] = {}
+        for i in range(0, len(wanted), 500):  # within SQLite's limit on bound parameters
+            chunk = wanted[i:i + 500]
+            with self._lock:
+                rows = self._db.execute(f"SELECT key, data FROM verdicts WHERE key IN ({','.join('?' * len(chunk))})",
+                                        chunk).fetchall()
+            found.update((k, json.loads(d)) for k, d in rows)
+        return found
+
     def verdicts_of(self, keys: Iterable[str]) -> list[Verdict]:
         """The verdicts of `keys`, in the order of `keys` (a key without one is left out)."""
         with self._lock:
             rows = dict(self._db.execute("SELECT key, data FROM verdicts").fetchall())
         return [Verdict.from_dict(json.loads(rows[k])) for k in keys if k in rows]
+
+    # -- answers (kbv serve) ------------------------------------------------------------------------
+    def put_answer(self, answer: dict[str, Any]) -> None:
+        """One answer `kbv serve` gave: {problem, candidate_hash, protocol, keys (its verdicts'),
+        status, reward, reward_rule, reward_version, cached}. The verdicts are stored apart, once."""
+        row = (_now(), answer["problem"], answer["candidate_hash"], answer["protocol"], json.dumps(answer["keys"]),
+               answer["status"], float(answer["reward"]), answer["reward_rule"], int(answer["reward_version"]),
+               int(bool(answer["cached"])))
+        with self._lock:
+            self._db.execute("INSERT INTO answers (created_at, problem, candidate_hash, protocol, keys, status, "
+                             "reward, reward_rule, reward_version, cached) VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+
+    def answers(self) -> list[dict[str, Any]]:
+        """Every answer given, in order (see `put_answer`), each with its `created_at`."""
+        with self._lock:
+            rows = self._db.execute("SELECT created_at, problem, candidate_hash, protocol, keys, status, reward, "
+                                    "reward_rule, reward_version, cached FROM answers ORDER BY id").fetchall()
+        names = ("created_at", "problem", "candidate_hash", "protocol", "keys", "status", "reward", "reward_rule",
+                 "reward_version", "cached")
+        out = [dict(zip(names, r)) for r in rows]
+        for a in out:
+            a["keys"], a["cached"] = json.loads(a["keys"]), bool(a["cached"])
+        return out
 
     # -- baselines ------------------------------------------------------------------------------
     def get_baseline(self, key: str) -> TimingStats | None:

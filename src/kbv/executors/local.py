@@ -10,11 +10,12 @@ also hands a lane only pairs whose builds are ready.
   run. It starts on the build cores and moves to the lane's own before its device comes up. A child
   serves one candidate and one protocol, and is closed after it.
 - Pairs are evaluated in submission order on one thread, and only one pair uses the device at a
-  time. A lane holds up to `HELD_PER_PROTOCOL` prepared problems per protocol (the least recently
-  used is released first; on a GPU with less than `FREE_SHARE_TO_HOLD` of its memory free, only the
-  pair's own), so that each problem is prepared once for all its candidates even when their builds
-  finish out of order. Device work of our own that could disturb a measurement (a child
-  bringing up its CUDA context) waits while a pair is timed or its memory measured.
+  time. A lane holds up to `held` prepared problems per protocol (`HELD_PER_PROTOCOL` for a run;
+  more for `kbv serve`, whose requests interleave problems; the least recently used is released
+  first; on a GPU with less than `FREE_SHARE_TO_HOLD` of its memory free, only the pair's own), so
+  that each problem is prepared once for all its candidates even when their builds finish out of
+  order. Device work of our own that could disturb a measurement (a child bringing up its CUDA
+  context) waits while a pair is timed or its memory measured.
 - Each verdict carries where its wall time went (`evidence["stages_s"]`, `evidence["pair_s"]`).
 """
 
@@ -84,7 +85,7 @@ class LocalExecutor(Executor):
     owns its build pool shuts it down on close."""
 
     def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
-                 quiet: Quiet | threading.RLock | None = None, lane: int = 0) -> None:
+                 quiet: Quiet | threading.RLock | None = None, lane: int = 0, held: int = 0) -> None:
         self.settings = settings
         self.runners = runners
         self._own_builds = builds is None
@@ -98,6 +99,7 @@ class LocalExecutor(Executor):
         self._lock = threading.Lock()
         # held while a pair is timed or its memory measured; builds are stopped meanwhile in hold mode
         self._quiet = quiet if isinstance(quiet, Quiet) else Quiet(quiet, self._builds.holds)
+        self._held = held or HELD_PER_PROTOCOL
         # protocol -> {problem hash: prepared problem (or its failure)}, least recently used first
         self._contexts: dict[str, OrderedDict[str, Any]] = {}
         self._queue: list[Job] = []  # submitted, not yet evaluating
@@ -231,8 +233,8 @@ class LocalExecutor(Executor):
         return verdict
 
     def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:
-        """The prepared problem (up to HELD_PER_PROTOCOL held per protocol); a problem that failed to
-        prepare fails again."""
+        """The prepared problem (up to `held` kept per protocol); a problem that failed to prepare
+        fails again."""
         held = self._contexts.setdefault(runner.name, OrderedDict())
         if pair.problem.hash in held:
             held.move_to_end(pair.problem.hash)
@@ -241,7 +243,7 @@ class LocalExecutor(Executor):
                 raise type(context)(str(context))
             self._keep_device_memory(pair)
             return context
-        if len(held) >= HELD_PER_PROTOCOL:
+        while len(held) >= self._held:
             self._release(runner, held, next(iter(held)))
         failure: ProblemError | None = None
         try:
