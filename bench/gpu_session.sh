@@ -68,8 +68,9 @@ for s in "$@"; do
       --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
-      step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.kb}" --device cuda \
+      step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
         --workers "${KB_WORKERS:-8}" --budget "$(( kb - 25 ))" --out "$OUT/kb-soundness.jsonl" \
+        --markdown "$OUT/kernelbench_soundness.md" \
         ${KB_RESUME:+--resume $KB_RESUME} ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
@@ -111,21 +112,19 @@ for s in "$@"; do
       --breakdown --out "$OUT/builds.json" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
-    probe) step probe 30 bash -c 'nproc; id; unshare -Ur true && echo "user namespaces: yes" || echo "user namespaces: no";
-        for d in .dev/*.deb; do [ -f "$d" ] && dpkg -x "$d" /tmp/debroot; done;
-        ls /tmp/debroot/usr/bin 2>/dev/null; /tmp/debroot/usr/bin/bwrap --version 2>&1;
-        /tmp/debroot/usr/bin/bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent true && echo "bwrap: runs"' ;;
     shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
     warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
       for l in ${AUDIT_LEVELS:-level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
       timeout 400 nice -n 10 python3 bench/warm.py /tmp/audit/cands --problems .dev/cuda_l1/problems --device cuda --jobs ${WARM_JOBS:-12} > "$OUT/warm-audit.log" 2>&1 &
       WARM=$! ;;
     warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
-    audit) mkdir -p "$OUT/audit" /tmp/audit/cands; [ -f .dev/audit/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* "$OUT/audit/"
+    audit) mkdir -p "$OUT/audit" /tmp/audit/cands /tmp/kbv-audit-run  # the run stays on the box between calls
+      [ -f .dev/audit/kbv.sqlite ] && [ ! -f /tmp/kbv-audit-run/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* /tmp/kbv-audit-run/
       for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
       step audit "${AUDIT_LIMIT:-300}" $KBV eval /tmp/audit/cands --problems .dev/cuda_l1/problems --protocol both \
-        --device cuda --run "$OUT/audit" --timer-budget "${AUDIT_BUDGET:-3}" --jobs 12
-      $KBV report "$OUT/audit" --format json > "$OUT/audit.json" 2>/dev/null ;;
+        --device cuda --run /tmp/kbv-audit-run --timer-budget "${AUDIT_BUDGET:-3}"
+      $KBV report /tmp/kbv-audit-run --format json > "$OUT/audit.json" 2>/dev/null
+      cp /tmp/kbv-audit-run/kbv.sqlite* "$OUT/audit/" ;;
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
         --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-0}" \
         --out "$OUT/agreement.json" ;;

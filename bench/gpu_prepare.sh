@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Before a GPU session, on this (internet-connected) machine: fill .dev/ (git-ignored, carried with
+# `carry: [".dev"]`) with what the GPU box cannot fetch itself, since nothing outside it can be reached:
+#   .dev/kb/           KernelBench's problems and its evaluator (agreement, the soundness page)
+#   .dev/cuda_l1/      the CUDA-L1 corpus (the false-positive audit)
+#   .dev/*.deb         bubblewrap, for the sandbox (`bwrap-site`)
+#   .dev/wheels/       FastAPI, uvicorn and what they need beyond the box's image (`serve-site`)
+#   .dev/before/       kbv at BEFORE (default bc9b6f1) for the before/after benches (`cold-before`)
+# Usage: bash bench/gpu_prepare.sh [SHARED_DIR]   (default ../shared)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shared=${1:-../shared}
+mkdir -p .dev/kb .dev/cuda_l1 .dev/wheels
+cp -r "$shared"/kernelbench/level1 "$shared"/kernelbench/level2 "$shared"/kernelbench/level3 "$shared"/kernelbench/src .dev/kb/
+cp -r "$shared"/corpora/cuda_l1_h100/problems "$shared"/corpora/cuda_l1_h100/candidates "$shared"/corpora/cuda_l1_h100/index.jsonl .dev/cuda_l1/
+ls .dev/bubblewrap_*.deb >/dev/null 2>&1 || (cd .dev && apt-get download bubblewrap)
+# the box's python3 is 3.12 (KINDS.md); its image has httpx, anyio, h11, idna, click, typing-extensions
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .dev/wheels fastapi uvicorn starlette pydantic pydantic-core annotated-types typing-inspection \
+  annotated-doc opentelemetry-api typing-extensions
+rm -rf .dev/before && mkdir -p .dev/before && git archive "${BEFORE:-bc9b6f1}" | tar -x -C .dev/before
+du -sh .dev
