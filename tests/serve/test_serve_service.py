@@ -168,7 +168,7 @@ def test_a_problem_whose_own_code_fails_is_500_and_stored_as_a_problem_failure(s
     with pytest.raises(ServiceError) as failed:
         future.result(1)
     assert failed.value.status == 500 and "L1/20_Other cannot be evaluated" in str(failed.value)
-    assert [f["problem"] for f in service.session.store.problem_failures()] == ["L1/20_Other"]
+    assert [f.problem for f in service.session.store.problem_failures()] == ["L1/20_Other"]
     # the server goes on: the next request is admitted
     service.submit([Item("L1/19_ReLU", HONEST_RELU, "standard")])
     assert len(hand.submitted) == 2

@@ -35,7 +35,7 @@ from kbv.problems import Problem, content_hash, resolve_problem
 from kbv.reward import RewardRule
 from kbv.serve.answer import Answer
 from kbv.serve.requests import Item, Limits
-from kbv.verdict import Verdict
+from kbv.verdict import ProblemFailure, Verdict
 
 
 class State(str, enum.Enum):
@@ -150,7 +150,8 @@ class Service:
             outcome = ServiceError(500, f"problem {problem.key} cannot be evaluated under the {job.protocol} "
                                         f"protocol (its own code failed): {exc}")
             if self._state is not State.STOPPED:
-                self.session.store.put_problem_failure(problem.key, problem.hash, job.protocol, str(exc))
+                self.session.store.put_problem_failure(
+                    job.key, ProblemFailure(problem.key, str(exc), job.protocol, problem.hash))
         except BaseException as exc:  # cancelled by an abort, or a lane that failed for good
             outcome = _stopped() if self._state is State.STOPPED else ServiceError(
                 500, f"kbv failed on this pair: {type(exc).__name__}: {_first_line(exc)}")
