@@ -130,6 +130,7 @@ for s in "$@"; do
         --out "$OUT/agreement.json" ;;
     serve-site) step serve-site 120 python3 -m pip install -q --no-index --find-links .dev/wheels \
       'fastapi>=0.110' 'uvicorn>=0.30' 'httpx>=0.27' ;;
+    diag) step diag 300 python3 bench/sandbox_diag.py --device cuda ;;
     escape) step escape "${ESCAPE_LIMIT:-240}" python3 -m pytest -q -p no:cacheprovider --durations=10 \
       tests/test_escape.py tests/test_isolation.py ;;
     serve-tests) step serve-tests "${SERVE_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider --durations=10 \

@@ -187,3 +187,47 @@ def test_degraded_children_run_as_the_unprivileged_uid_without_the_database(tmp_
         assert "uid=65534 gid=65534 groups=[] db=Permission denied" in done.stdout
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+USES_ITS_COMPILER = textwrap.dedent('''\
+    import os
+    import subprocess
+    import torch
+    import torch.nn as nn
+
+
+    class ModelNew(nn.Module):
+        def forward(self, x):
+            done = subprocess.run([os.environ["CC"], "--version"], capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"the compiler failed: {done.stderr.strip()}")
+            return torch.relu(x)
+''')
+
+
+@pytest.mark.skipif(probe().bwrap is None and not os.environ.get("KBV_REQUIRE_SANDBOX"),
+                    reason="needs bubblewrap with namespaces")
+def test_a_compiler_installed_under_its_own_prefix_runs_whole_in_the_sandbox(tmp_path: Path) -> None:
+    """A machine whose compiler lives outside the system directories (`CC=/opt/gcc/bin/gcc`, as on
+    our GPU machine) and runs programs of its own prefix (`libexec/.../cc1`): the child sees the whole
+    prefix, not only the PATH entry, so Triton's launcher and nvcc's host compiler work there."""
+    prefix = tmp_path / "toolchain"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    real = prefix / "libexec" / "cc1-real"
+    real.write_text("#!/bin/sh\necho 'kbv test compiler 1.0'\n")
+    driver = prefix / "bin" / "gcc"
+    driver.write_text('#!/bin/sh\nexec "$(dirname "$0")/../libexec/cc1-real" "$@"\n')
+    for exe in (real, driver):
+        exe.chmod(0o755)
+    for d in (tmp_path, prefix, prefix / "bin", prefix / "libexec"):
+        d.chmod(0o755)  # the child runs as another uid under root
+    write_tree(tmp_path / "problems", {"level1/19_ReLU.py": RELU_PROBLEM})
+    write_tree(tmp_path / "candidates", {"19_ReLU__own_compiler.py": USES_ITS_COMPILER})
+    cmd = [sys.executable, "-m", "kbv", "eval", str(tmp_path / "candidates"), "--problems", str(tmp_path / "problems"),
+           "--protocol", "standard", "--device", "cpu", "--run", str(tmp_path / "run"),
+           "--cache-dir", str(tmp_path / "cache"), "--format", "json", "--sandbox", "strict"]
+    env = {**os.environ, "PYTHONPATH": str(SRC), "CC": str(driver)}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert '"status": "correct"' in done.stdout, done.stdout

@@ -294,6 +294,33 @@ def code_paths() -> tuple[str, ...]:
     return outermost(p for p in found if p)
 
 
+_COMPILERS = ("gcc", "g++", "cc", "c++", "clang", "clang++", "nvcc")
+
+
+def toolchain_paths(env: dict[str, str]) -> tuple[str, ...]:
+    """The installation prefixes of the compilers a child's builds and JIT compilers run (`CC`, `CXX`,
+    kbv's real compiler behind its header script, and those on the child's PATH): a compiler outside
+    the system directories (say /opt/gcc/bin/gcc) runs its own programs and headers from its prefix
+    (libexec/.../cc1, lib/gcc/.../include), which binding its PATH entry alone would leave out."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    found: list[str] = []
+    named = [env.get(k, "") for k in ("CC", "CXX", "KBV_REAL_CXX")]
+    named += [shutil.which(c, path=env.get("PATH", "")) or "" for c in _COMPILERS]
+    for exe in named:
+        exe = exe.split()[0] if exe.strip() else ""
+        if not exe:
+            continue
+        if not os.path.isabs(exe):
+            exe = shutil.which(exe, path=env.get("PATH", "")) or ""
+        for path in {exe, os.path.realpath(exe)} if exe else ():
+            where = Path(path).parent
+            prefix = where.parent if where.name == "bin" else where
+            # never a prefix that is / or holds the user's home: that would bring all of it into view
+            if str(prefix) != "/" and not home.startswith(str(prefix)):
+                found.append(str(prefix))
+    return outermost(found)
+
+
 def outermost(paths: Iterable[str]) -> tuple[str, ...]:
     """Existing directories of `paths` (resolved), without those inside another one of them."""
     dirs = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from kbv.errors import SandboxError
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
-from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve
+from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve, toolchain_paths
 from kbv.sandbox.wire import (
     SharedArena,
     WireClosed,
@@ -240,6 +240,7 @@ class Sandbox:
         home = os.path.realpath(os.path.expanduser("~"))
         # a PATH entry that holds the user's home (or is /) would bring all of it into view
         paths = [p for p in paths if p and os.path.isabs(p) and not home.startswith(os.path.realpath(p))]
+        paths += toolchain_paths(env)
         others = (spec.work_dir.parent, spec.build_dir.parent)  # sibling children's and builds' directories
         # the shared precompiled headers and the compiler script (kbv.pch): read-only, so that no
         # candidate plants a header or a compiler that later builds would use
