@@ -183,7 +183,7 @@ class Child:
             model = self.model_class(*init_args)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
-            loaded = self._load_state(model, cmd.get("state_dict"))
+            loaded, differs = self._load_state(model, cmd.get("state_dict"))
         if cmd.get("compile"):
             model = torch.compile(model)  # the `compile` baseline: torch.compile, default mode
         self.model = None  # the previous model goes before the next one is measured
@@ -194,7 +194,8 @@ class Child:
             self.guards._note("precision_flags", "precision flags changed while the model was built: " + ", ".join(
                 f"{k}: {policy_flags.get(k)} -> {v}" for k, v in self.flags_after_load.items() if policy_flags.get(k) != v))
         n_params = sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
-        reply = {"loaded": True, "params": n_params, "state_loaded": loaded, "flags": snapshot_flags()}
+        reply = {"loaded": True, "params": n_params, "state_loaded": loaded, "state_differs": differs,
+                 "flags": snapshot_flags()}
         if cmd["source"] == "candidate":  # what it holds beyond its weights (kbv.sandbox.retained)
             from kbv.sandbox.retained import find_retained
 
@@ -222,18 +223,24 @@ class Child:
             return cls
         return _exec_reference(cmd["code"], cmd["origin"]).Model
 
-    def _load_state(self, model: Any, handles: dict[str, Any] | None) -> bool:
+    def _load_state(self, model: Any, handles: dict[str, Any] | None) -> tuple[bool, bool]:
+        """Load the reference's weights into `model` where keys and shapes agree. Also whether the
+        model's own weights (built under the same seed) differed from them: a candidate that made its
+        weights its own way (pre-scaled, re-laid out) under the reference's names is not the same model
+        with the reference's weights loaded."""
         torch = self.torch
         if not handles or not isinstance(model, torch.nn.Module):
-            return False
+            return False, False
         own = model.state_dict()
         if set(own) != set(handles):
-            return False
+            return False, False
         state = {k: self._arg(h) for k, h in handles.items()}  # a device transfer's refs carry no shape
         if any(tuple(own[k].shape) != tuple(state[k].shape) for k in own):
-            return False
+            return False, False
+        differs = any(own[k].dtype != state[k].dtype or not torch.equal(own[k], state[k].to(own[k].device))
+                      for k in own)
         model.load_state_dict(state)
-        return True
+        return True, differs
 
     def op_forward(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """One forward; outputs copied into the parent's buffers. With `checks`, integrity evidence too."""

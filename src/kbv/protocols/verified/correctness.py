@@ -58,21 +58,45 @@ class CorrectnessResult:
 def check_correctness(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, load: dict[str, Any],
                       deadline: float) -> CorrectnessResult:
     """Every trial through the started child `sb`; `load` is its load command without seed and state.
-    Raises ChildFailure when the candidate crashes, raises or hangs."""
+    Raises ChildFailure when the candidate crashes, raises or hangs.
+
+    The candidate is built under each trial's weight seed, as the reference is, and the reference's
+    weights are loaded into it where names and shapes agree. A candidate whose own weights differed
+    from them (it made them its own way at construction: pre-scaled by a constant, folded, re-laid
+    out) and whose values then fail is judged again as built under the same seeds, without the load:
+    the values it computes from its own weights are what it claims, and loading the reference's
+    under its names had undone its own construction."""
+    result, differed = _trials(sb, prepared, protocol, load, deadline, loads_state=True)
+    if differed and result.categories:
+        own, _ = _trials(sb, prepared, protocol, load, deadline, loads_state=False)
+        if not own.categories:
+            own.notes.append("its weights differ from the reference's under the same seed (made its own way at "
+                             "construction): judged as built under each trial's seed, without the reference's "
+                             "weights loaded, which failed: " + _first_failure(result))
+            return own
+    return result
+
+
+def _trials(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, load: dict[str, Any],
+            deadline: float, loads_state: bool) -> tuple[CorrectnessResult, bool]:
+    """The trials, with the reference's weights loaded into the candidate (`loads_state`) or not; also
+    whether its own weights differed from the reference's before a load."""
     result = CorrectnessResult()
     prints: list[tuple[Fingerprint, bool]] = []
     loaded_seed = None
+    differed = False
     for trial in prepared.trials:
         # a model with weights is rebuilt for every trial (new weights); one without is built once,
         # so state a candidate keeps across calls (counters, caches) lives through every trial
         if loaded_seed is None or (trial.state and loaded_seed != trial.weight_seed):
+            state = _put_state(sb, trial.state, deadline) if loads_state else None
             with stage("load"):
-                reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": _put_state(sb, trial.state, deadline)},
-                                time_left(deadline))
+                reply = sb.call({**load, "seed": trial.weight_seed, "state_dict": state}, time_left(deadline))
             if not result.load:
                 result.load = reply
                 _retained(reply, trial, result)
             result.state_loaded = bool(reply.get("state_loaded")) if trial.state else None
+            differed = differed or bool(reply.get("state_differs"))
             loaded_seed = trial.weight_seed
         prints.append(_run_trial(sb, trial, protocol, deadline, result))
         if trial is not prepared.trials[-1]:
@@ -86,7 +110,13 @@ def check_correctness(sb: Sandbox, prepared: PreparedProblem, protocol: Verified
                 result.categories.append(found[0])
             result.notes.append(found[1])
     _distribution_failure(result)
-    return result
+    return result, differed
+
+
+def _first_failure(result: CorrectnessResult) -> str:
+    failed = next((t for t in result.trials if not t.passed), None)
+    what = ", ".join(c.value for c in result.categories)
+    return f"{what} ({failed.distribution} trial {failed.index})" if failed is not None else what
 
 
 def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadline: float,
