@@ -270,3 +270,43 @@ def test_fp16_matmul_operands_pass_a_tf32_tolerance_and_fail_on_range_only(monke
     result = CorrectnessResult(trials["fp16"], [Category.NAN_INF_MISMATCH])
     _distribution_failure(result)
     assert result.categories == [Category.NAN_INF_MISMATCH, Category.DISTRIBUTION_FAILURE]
+
+
+def test_a_tf32_convolution_passes_where_cudnn_may_pick_tf32_even_if_the_reference_got_an_exact_one(monkeypatch):
+    """CUDA-L1's L2/6 and L2/7 on an H200: the reference's NCDHW Conv3d got an exact cuDNN algorithm, the
+    candidate's channels-last one (cudnn.benchmark) a TF32 one, and an fp32-level allowance flagged its
+    TF32-level error as precision_loss. Where cuDNN may pick TF32 (CUDA, forced here on a CPU), a
+    convolution problem allows TF32 math whatever the reference got; bf16 math still fails; where it
+    cannot (a CPU), the allowance stays the baseline's own."""
+    import torch.nn.functional as F
+
+    from kbv.reference import Reference, runs_ops, CONVOLUTIONS, truncate_tf32
+
+    torch.manual_seed(3)
+    conv = torch.nn.Conv3d(3, 16, 3)
+    x = torch.randn(4, 3, 8, 12, 12)
+
+    def tf32(xs):
+        return F.conv3d(truncate_tf32(xs[0]), truncate_tf32(conv.weight), conv.bias)
+
+    def bf16(xs):
+        return F.conv3d(xs[0].bfloat16().float(), conv.weight.bfloat16().float(), conv.bias)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = conv
+
+        def forward(self, x):
+            return torch.softmax(self.conv(x), dim=1)
+
+    model = Model()
+    assert runs_ops(model, [x], CONVOLUTIONS) and not runs_ops(torch.nn.ReLU(), [x], CONVOLUTIONS)
+    reference = Reference(types.ModuleType("p"), [], torch.device("cpu"), "tf32")
+    softmax = lambda f: (lambda xs: torch.softmax(f(xs), dim=1))  # noqa: E731
+    assert not _judge(reference, model, [x], softmax(tf32))[0]  # a CPU: no TF32 in the baseline's policy
+    monkeypatch.setattr(Reference, "_cudnn_may_pick_tf32", lambda self: True)
+    reference = Reference(types.ModuleType("p"), [], torch.device("cpu"), "tf32")
+    assert _judge(reference, model, [x], softmax(tf32))[0]
+    assert _judge(reference, model, [x], lambda xs: model(*xs))[0]
+    assert not _judge(reference, model, [x], softmax(bf16))[0]
