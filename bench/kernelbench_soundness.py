@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (args.resume and args.markdown):
             print("error: --render-only needs --resume JSONL and --markdown FILE", file=sys.stderr)
             return 2
+        if not Path(args.resume).is_file():
+            print(f"error: {args.resume} is not a file of screened problems", file=sys.stderr)
+            return 2
         every = list(last_records(Path(args.resume)).values())
         print_table(every)
         write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
@@ -281,17 +284,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _command(args: argparse.Namespace) -> str:
-    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py {args.problems} --device {args.device} "
-            f"--workers {args.workers} --timeout {args.timeout:g} --out {args.out or 'ks.jsonl'} "
-            f"--markdown {args.markdown}")
+    """The command that regenerates the page, without this machine's paths."""
+    problems = args.problems if not os.path.isabs(args.problems) else "KERNELBENCH_DIR"
+    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py {problems} --device cuda "
+            f"--workers {args.workers} --timeout {args.timeout:g} --out kb-soundness.jsonl "
+            f"--markdown docs/kernelbench_soundness.md [--resume kb-soundness.jsonl]")
 
 
 def _device_name(device: str) -> str:
+    """The GPU's name (a device, e.g. cuda), or `device` itself where it names one (--render-only
+    on another machine: --device "NVIDIA H200")."""
     if device.startswith("cuda"):
         import torch
 
         return torch.cuda.get_device_name(0) if torch.cuda.is_available() else device
-    return "a CPU"
+    return "a CPU" if device == "cpu" else device
 
 
 FINAL = ("sound", "unsound", "cannot run")  # outcomes a rerun would not change
