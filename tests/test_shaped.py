@@ -95,3 +95,16 @@ def test_shaped_cpu_fixture(fixture: Fixture, shaped_cpu_verdicts: dict[tuple[st
 @pytest.mark.parametrize("fixture", GPU_FIXTURES, ids=lambda f: f.name)
 def test_shaped_gpu_fixture(fixture: Fixture, shaped_gpu_verdicts: dict[tuple[str, str], Verdict]) -> None:
     check_fixture(fixture, shaped_gpu_verdicts)
+
+
+@pytest.mark.slow
+def test_weights_made_its_own_way_are_judged_as_built_and_say_so(
+        shaped_cpu_verdicts: dict[tuple[str, str], Verdict]) -> None:
+    """The prescaled convolution is verified on its own weights, and its evidence says why: loading
+    the reference's weights into it failed, so it was judged as built under each trial's seed."""
+    verdict = shaped_cpu_verdicts[("93_Conv2d_Divide_ReLU__triton_prescaled", "verified")]
+    notes = " ".join(verdict.evidence.get("notes", []))
+    assert "made its own way at construction" in notes and "value_mismatch" in notes, notes
+    assert verdict.evidence.get("state_loaded") is False
+    honest = shaped_cpu_verdicts[("91_Conv2d_BatchNorm_ReLU__triton", "verified")]
+    assert "made its own way" not in " ".join(honest.evidence.get("notes", []))  # the same weights: loaded

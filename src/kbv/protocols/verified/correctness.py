@@ -71,8 +71,8 @@ def check_correctness(sb: Sandbox, prepared: PreparedProblem, protocol: Verified
         own, _ = _trials(sb, prepared, protocol, load, deadline, loads_state=False)
         if not own.categories:
             own.notes.append("its weights differ from the reference's under the same seed (made its own way at "
-                             "construction): judged as built under each trial's seed, without the reference's "
-                             "weights loaded, which failed: " + _first_failure(result))
+                             "construction); with the reference's loaded into it, it failed (" + _first_failure(result)
+                             + "): judged as built under each trial's seed instead")
             return own
     return result
 
