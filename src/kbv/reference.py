@@ -118,7 +118,10 @@ class Reference:
         """Whether the model's forward runs a convolution (seen once per problem, on a copy: a call
         changes a model's state, BatchNorm's running statistics among it)."""
         if self._convolves is None:
-            self._convolves = runs_ops(model, inputs, CONVOLUTIONS)
+            try:
+                self._convolves = runs_ops(model, inputs, CONVOLUTIONS)
+            except Exception:  # a model that cannot be copied or traced: its outputs decide, as before
+                self._convolves = False
         return self._convolves
 
     def _truncated_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
