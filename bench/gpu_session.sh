@@ -130,7 +130,7 @@ for s in "$@"; do
       $KBV report /tmp/kbv-audit-run --format json > "$OUT/audit.json" 2>/dev/null
       cp /tmp/kbv-audit-run/kbv.sqlite* "$OUT/audit/" ;;
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
-        --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-0}" \
+        --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-24}" \
         --out "$OUT/agreement.json" ;;
     serve-site) step serve-site 120 python3 -m pip install -q --no-index --find-links .dev/wheels \
       'fastapi>=0.110' 'uvicorn>=0.30' 'httpx>=0.27' ;;
