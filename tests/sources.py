@@ -7,6 +7,7 @@ them: the session's build cache (the `cache_dir` fixture) is keyed by the candid
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # -- problems (KernelBench format) ---------------------------------------------------------------
@@ -279,3 +280,16 @@ def write_tree(root: Path, files: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     return root
+
+
+def children_under(root: Path) -> list[int]:
+    """Processes whose working directory lies under `root` (a run's child scratch directories)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(root) in os.readlink(entry / "cwd"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found

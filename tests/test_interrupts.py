@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kbv.api import load_report
-from sources import SLOW_RELU, write_tree
+from sources import SLOW_RELU, children_under, write_tree
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +38,6 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
 
 
-def _children_under(root: Path) -> list[int]:
-    """Processes whose working directory lies under `root` (the run's child scratch directories)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if str(root) in os.readlink(entry / "cwd"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_the_run_quickly_keeps_its_verdicts_and_the_rerun_resumes(workspace, relu_problems, signum):
     proc = subprocess.Popen(_command(workspace, relu_problems), env=_env(), stdout=subprocess.PIPE,
@@ -65,9 +52,9 @@ def test_a_signal_ends_the_run_quickly_keeps_its_verdicts_and_the_rerun_resumes(
     assert proc.returncode == 130, err
     assert took < 3.0, f"exited {took:.1f} s after the signal"
     assert "interrupted" in err and "Traceback" not in err
-    while _children_under(workspace / "run") and time.monotonic() - sent < 3.0:
+    while children_under(workspace / "run") and time.monotonic() - sent < 3.0:
         time.sleep(0.05)
-    assert _children_under(workspace / "run") == [], "a child outlived the run by more than 3 s"
+    assert children_under(workspace / "run") == [], "a child outlived the run by more than 3 s"
     stored = len(load_report(workspace / "run").verdicts)
     assert 1 <= stored < PAIRS
     again = subprocess.run(_command(workspace, relu_problems), env=_env(), capture_output=True, text=True, timeout=300)

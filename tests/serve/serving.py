@@ -62,19 +62,6 @@ def start(root: Path, *args: str, env: dict[str, str] | None = None) -> Served:
     raise AssertionError(f"kbv serve did not come up: {stderr.read_text(errors='replace')[-2000:]}")
 
 
-def children_under(root: Path) -> list[int]:
-    """Processes whose working directory lies under `root` (a run's child scratch directories)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if str(root) in os.readlink(entry / "cwd"):
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def torch_candidate(body: str, note: str = "") -> str:
     """A torch-level ModelNew whose forward(x) returns `body`; `note` makes the source (and its
     content hash, so its pair) distinct."""

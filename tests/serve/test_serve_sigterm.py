@@ -15,7 +15,8 @@ import pytest
 from kbv.api import load_report
 from kbv.problems import content_hash
 from kbv.store import open_store
-from serving import HANGS, HONEST, children_under, start, torch_candidate
+from serving import HANGS, HONEST, start, torch_candidate
+from sources import children_under
 
 pytestmark = pytest.mark.slow
 
