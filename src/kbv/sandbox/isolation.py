@@ -308,11 +308,11 @@ def toolchain_paths(env: dict[str, str]) -> tuple[str, ...]:
     named += [shutil.which(c, path=env.get("PATH", "")) or "" for c in _COMPILERS]
     for exe in named:
         exe = exe.split()[0] if exe.strip() else ""
+        if exe and not os.path.isabs(exe):
+            exe = shutil.which(exe, path=env.get("PATH", "")) or ""
         if not exe:
             continue
-        if not os.path.isabs(exe):
-            exe = shutil.which(exe, path=env.get("PATH", "")) or ""
-        for path in {exe, os.path.realpath(exe)} if exe else ():
+        for path in {exe, os.path.realpath(exe)}:
             where = Path(path).parent
             prefix = where.parent if where.name == "bin" else where
             # never a prefix that is / or holds the user's home: that would bring all of it into view
