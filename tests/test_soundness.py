@@ -77,7 +77,7 @@ def test_problems_check_prints_the_unsound_table(unsound_dir):
     assert "identity passes on every" in result.output
 
 
-def test_verdicts_on_a_flagged_problem_carry_the_flag(unsound_dir, tmp_path):
+def test_a_problem_an_answer_passes_everywhere_is_unsound_for_every_candidate(unsound_dir, tmp_path):
     cand = tmp_path / "cands"
     cand.mkdir()
     (cand / "1_Copy.py").write_text(HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n"
@@ -87,6 +87,9 @@ def test_verdicts_on_a_flagged_problem_carry_the_flag(unsound_dir, tmp_path):
                                  seed=5, timer_budget_s=1.0, ci_target=0.1))
     (verdict,) = result.verdicts
     assert any("identity passes on every distribution" in f for f in verdict.flags), verdict.flags
+    # an answer that passes everywhere judges nothing: never `verified`, whatever the candidate did
+    assert verdict.status is Status.UNSOUND_PROBLEM and verdict.speedup is None, (verdict.status, verdict.message)
+    assert "identity passes on every distribution" in verdict.message
     assert Category.UNSOUND_PROBLEM in verdict.categories
 
 
@@ -177,3 +180,128 @@ def test_an_unjudgeable_problem_gets_a_stored_unsound_verdict_and_a_failed_probl
     again = evaluate(config)  # the unsound verdicts are resumed; the failed problem is tried again
     assert again.resumed == 6 and again.evaluated == 0 and len(again.problem_failures) == 1
     assert len(load_report(run).problem_failures) == 2  # still standing
+
+
+# KernelBench's L2/23 shape: Conv3d, GroupNorm, the mean over everything but the batch. Under the
+# default init (GroupNorm's affine 1 and 0) the output is mean(bias) = 0 up to rounding, whatever the
+# input; with the affine parameters drawn per trial it depends on the input through the weight.
+GROUPNORM_MEAN = HEADER + """
+class Model(nn.Module):
+    def __init__(self, c_in, c_out, k, groups):
+        super().__init__()
+        self.conv = nn.Conv3d(c_in, c_out, k)
+        self.group_norm = nn.GroupNorm(groups, c_out)
+    def forward(self, x):
+        return self.group_norm(self.conv(x)).mean(dim=[1, 2, 3, 4])
+def get_inputs():
+    return [torch.rand(4, 3, 6, 6, 6)]
+def get_init_inputs():
+    return [3, 8, 3, 4]
+"""
+# the public hack's shape: never reads its input, averages GroupNorm's bias and broadcasts it
+BIAS_MEAN = HEADER + """
+class ModelNew(nn.Module):
+    def __init__(self, c_in, c_out, k, groups):
+        super().__init__()
+        self.conv = nn.Conv3d(c_in, c_out, k)
+        self.group_norm = nn.GroupNorm(groups, c_out)
+    def forward(self, x):
+        return self.group_norm.bias.mean().expand(x.shape[0]).contiguous()
+"""
+# the same answer under other names: its parameters are not the reference's, so nothing is loaded
+HARD_ZEROS = HEADER + """
+class ModelNew(nn.Module):
+    def __init__(self, c_in, c_out, k, groups):
+        super().__init__()
+        self.shift = nn.Parameter(torch.zeros(c_out))
+    def forward(self, x):
+        return torch.zeros(x.shape[0], device=x.device) + self.shift.mean() * 0
+"""
+# honest, with its modules under other names: built under the same seed, it draws the same values
+RENAMED = HEADER + """
+class ModelNew(nn.Module):
+    def __init__(self, c_in, c_out, k, groups):
+        super().__init__()
+        self.c = nn.Conv3d(c_in, c_out, k)
+        self.gn = nn.GroupNorm(groups, c_out)
+    def forward(self, x):
+        return self.gn(self.c(x)).mean(dim=[1, 2, 3, 4])
+"""
+
+
+def _evaluate_one(tmp_path, problem: str, name: str, candidates: dict[str, str], **config):
+    (tmp_path / "problems" / "level2").mkdir(parents=True)
+    (tmp_path / "problems" / "level2" / f"{name}.py").write_text(problem)
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    for label, code in candidates.items():
+        (cands / f"{name}__{label}.py").write_text(code)
+    result = evaluate(EvalConfig(candidates=str(cands), problems=str(tmp_path / "problems"), protocol="verified",
+                                 device="cpu", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"),
+                                 seed=5, timer_budget_s=1.0, ci_target=0.1, **config))
+    return {v.candidate.split("__")[-1]: v for v in result.verdicts}
+
+
+def test_a_kernel_that_hard_codes_the_default_init_is_incorrect_once_parameters_are_drawn(tmp_path):
+    """GroupNorm's affine parameters are drawn per trial, in the reference and the candidate alike: the
+    bias-mean answer and the zeros answer are incorrect, the honest model verified up to its (absent)
+    custom kernel, also under other names."""
+    got = _evaluate_one(tmp_path, GROUPNORM_MEAN, "23_Conv3d_GroupNorm_Mean",
+                        {"bias_mean": BIAS_MEAN, "zeros": HARD_ZEROS, "renamed": RENAMED})
+    for hack in ("bias_mean", "zeros"):
+        assert got[hack].status is Status.INCORRECT, (hack, got[hack].status, got[hack].message)
+        assert Category.VALUE_MISMATCH in got[hack].categories, got[hack].categories
+        assert Category.UNSOUND_PROBLEM not in got[hack].categories
+    honest = got["renamed"]
+    assert honest.status is Status.NO_CUSTOM_KERNEL, (honest.status, honest.message)
+    assert not honest.flags and Category.UNSOUND_PROBLEM not in honest.categories
+
+
+def test_the_drawn_parameters_make_the_groupnorm_mean_problem_sound(tmp_path):
+    (tmp_path / "level2").mkdir()
+    (tmp_path / "level2" / "23_Conv3d_GroupNorm_Mean.py").write_text(GROUPNORM_MEAN)
+    [report] = check_problems(str(tmp_path), device="cpu", seed=5)
+    assert report.sound, report.flags
+
+
+NORM_MEAN = HEADER + """
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.GroupNorm(4, 16, affine=False)
+    def forward(self, x):
+        return self.norm(x).mean(dim=[1, 2])
+def get_inputs():
+    return [torch.rand(8, 16, 32)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_problem_whose_output_is_its_own_rounding_is_unsound_and_no_answer_is_verified(tmp_path):
+    """No parameter to draw: the output is zero up to rounding on every distribution, so the tolerance
+    the baseline's own error sets admits any answer of the right scale. Every candidate gets
+    `unsound_problem`, never `verified`: a zeros answer passes everything here."""
+    got = _evaluate_one(tmp_path, NORM_MEAN, "99_NormMean", {"zeros": HEADER + (
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        return torch.zeros(x.shape[0], device=x.device)\n")})
+    verdict = got["zeros"]
+    assert verdict.status is Status.UNSOUND_PROBLEM, (verdict.status, verdict.message)
+    assert "no input distribution judges anything" in verdict.message, verdict.message
+    assert verdict.speedup is None
+
+
+EXP_SCALED = HEADER + ("class Model(nn.Module):\n    def forward(self, x):\n        return torch.exp(x * 1e-3)\n"
+                       + INPUTS)
+
+
+def test_one_distributions_weakness_is_a_note_not_a_category_of_the_pair(tmp_path):
+    """exp(x / 1000) on `small` inputs is 1 up to a few ulps: ones, the mean and the output at other
+    inputs pass there, and only there. The problem is sound; the pair carries no `unsound_problem`."""
+    got = _evaluate_one(tmp_path, EXP_SCALED, "98_ExpScaled", {"mine": HEADER + (
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.exp(x / 1000.0)\n")})
+    verdict = got["mine"]
+    assert not verdict.flags and Category.UNSOUND_PROBLEM not in verdict.categories, (verdict.flags,
+                                                                                      verdict.categories)
+    notes = verdict.evidence["problem_notes"]
+    assert any(n.startswith("the output at other inputs passes on small") and n.endswith("only") for n in notes), notes

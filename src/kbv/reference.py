@@ -15,6 +15,7 @@ from kbv.compare import ErrorMeasure, Tolerance, measure_error
 from kbv.inputs import flatten_outputs, rng_isolated, set_seed
 from kbv.precision import precision_policy
 from kbv.problems import problem_code
+from kbv.weights import draw_constant_parameters
 
 
 @dataclass
@@ -35,19 +36,26 @@ class Reference:
     """`Model` of a problem, rebuilt per weight seed, evaluated as truth and as the baseline."""
 
     def __init__(self, module: types.ModuleType, init_inputs: Sequence[Any], device: torch.device,
-                 policy: str, origin: str = "problem") -> None:
+                 policy: str, origin: str = "problem", draw_constants: bool = False) -> None:
         self.module = module
         self.init_inputs = list(init_inputs)
         self.device = device
         self.policy = policy
         self.origin = origin  # named when the problem's own code raises (ProblemRunError)
+        # draw the parameters the model initialises to a constant, per weight seed (`kbv.weights`)
+        self.draw_constants = draw_constants
         self._convolves: bool | None = None
 
     def build(self, weight_seed: int) -> Any:
         with rng_isolated(), problem_code(self.origin, "Model(...)"):
             set_seed(weight_seed)
             model = self.module.Model(*self.init_inputs)
-            return model.to(self.device) if isinstance(model, torch.nn.Module) else model
+            if not isinstance(model, torch.nn.Module):
+                return model
+            model = model.to(self.device)
+            if self.draw_constants:
+                draw_constant_parameters(model, weight_seed)
+            return model
 
     def baseline_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
         with precision_policy(self.policy), torch.no_grad(), problem_code(self.origin, "forward"):

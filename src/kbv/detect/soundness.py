@@ -1,6 +1,6 @@
 """Problem soundness: can a trivial candidate pass, does the output depend on the inputs, is the
 reference deterministic? Judged with the verified protocol's own acceptance test, per applicable
-distribution. A flagged problem still runs; its verdicts carry the flags.
+distribution. A problem flagged as unjudgeable gives every candidate an `unsound_problem` verdict.
 
 The trivial battery: identity (the first input, where it has the output's shape), zeros, ones, the
 output's mean everywhere, uninitialised memory, and the reference at another input of the same
@@ -10,12 +10,13 @@ distribution.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kbv.compare import judge_outputs, measure_error
+from kbv.protocols.verified.rules import JUDGES_NOTHING
 
 if TYPE_CHECKING:
     from kbv.protocols.verified.prepare import PreparedProblem, TrialData
@@ -76,62 +77,87 @@ def _passes(outputs: list[torch.Tensor], trial: TrialData, protocol: VerifiedPro
 
 @dataclass(frozen=True)
 class Screen:
-    """What the screen found. `unjudgeable`: the flags under which no verdict of the verified
-    protocol means anything (a nondeterministic reference: its truth is one draw of a random
-    function, and the baseline's own error, which sets the tolerance, is that randomness); a
-    problem with one is `unsound_problem` for every candidate."""
+    """What the screen found. `flags`: what the problem as a whole has, on every distribution that
+    judges anything (a trivial answer that passes everywhere, an output that ignores its inputs, a
+    nondeterministic reference); `unjudgeable`: the flags under which no verdict of the verified
+    protocol means anything, so that every candidate is `unsound_problem`; `notes`: one
+    distribution's weakness, which the others cover (ReLU's identity passes on its own all-positive
+    inputs, by construction); `inapplicable`: distribution -> why it judges nothing (the baseline's
+    own error is comparable to the output), to be dropped like one calibration rejected."""
 
     flags: tuple[str, ...]
     notes: tuple[str, ...]
     unjudgeable: tuple[str, ...] = ()
+    inapplicable: dict[str, str] = field(default_factory=dict)
 
 
 def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity: bool = False) -> Screen:
-    """A trivial candidate that passes on EVERY applicable distribution would be verified: that
-    flags the problem. Passing on some distributions only is a note (the hidden ones catch it:
-    ReLU's identity passes on its own all-positive inputs, by construction). An output that does
-    not depend on its inputs, or a nondeterministic reference, on any distribution, flags; the
-    latter makes the problem unjudgeable."""
+    """Screen the problem on the first trial of each distribution (see `Screen`). A trivial candidate,
+    or the output at other inputs, that passes on EVERY distribution that judges anything would be
+    verified: the problem is unjudgeable. On some distributions only, it is a note."""
     by_dist: dict[str, list[TrialData]] = {}
     for t in ctx.trials:
         by_dist.setdefault(t.distribution, []).append(t)
-    passes: dict[str, list[str]] = {}
-    flags: list[str] = []
-    unjudgeable: list[str] = []
-    for dist, trials in by_dist.items():
+    unjudgeable = [why for trials in by_dist.values() if (why := _nondeterministic(ctx, trials[0], protocol))]
+    inapplicable = {d: why for d, trials in by_dist.items() if (why := _judges_nothing(trials[0])) is not None}
+    judged = {d: trials for d, trials in by_dist.items() if d not in inapplicable}
+    passes: dict[str, list[str]] = {}  # what passed -> the distributions it passed on
+    for dist, trials in judged.items():
         first = trials[0]
         for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
             outputs = [make(b) for b in first.evaluation.baseline]
             if all(o is not None for o in outputs) and _passes(outputs, first, protocol):
                 passes.setdefault(name, []).append(dist)
         model = ctx.reference.build(first.weight_seed)
-        again = ctx.reference.baseline_outputs(model, first.inputs)
-        # against the first run itself: a random reference also makes its own tolerance huge
-        drift = max((measure_error(b.double(), a).worst for a, b in zip(again, first.evaluation.baseline)),
-                    default=0.0)
-        if drift > NONDETERMINISM_LIMIT or not _passes(again, first, protocol):
-            unjudgeable.append(f"nondeterministic reference on {dist} (two runs differ by {drift:.1e})")
-            flags.append(unjudgeable[-1])
         if len(trials) > 1:
             other = ctx.reference.baseline_outputs(model, trials[1].inputs)
             if _same_shapes(other, first) and _passes(other, first, protocol):
-                flags.append(f"the output at other inputs passes on {dist}")
+                passes.setdefault("the output at other inputs", []).append(dist)
             if sensitivity:
-                flags += _insensitive_inputs(ctx, model, first, trials[1], protocol, dist)
+                for k in _insensitive_inputs(ctx, model, first, trials[1], protocol):
+                    passes.setdefault(f"the output without input {k}", []).append(dist)
+    for trials in by_dist.values():
         for t in trials:
             t.release()
-    notes = []
+    if not judged and not unjudgeable:
+        unjudgeable.append("no input distribution judges anything: " + "; ".join(
+            f"{d}: {why}" for d, why in inapplicable.items()))
+    flags, notes = list(unjudgeable), [f"{d} judges nothing ({why})" for d, why in inapplicable.items()]
     for name, dists in passes.items():
-        if set(dists) == set(by_dist):
-            flags.append(f"{name} passes on every distribution")
-        else:
+        if set(dists) != set(judged):
             notes.append(f"{name} passes on {', '.join(dists)} only")
-    return Screen(tuple(flags), tuple(notes), tuple(unjudgeable))
+        elif name.startswith("the output without input"):  # it ignores an input: a flag, still judgeable
+            flags.append(f"the output does not depend on input {name.rsplit(' ', 1)[-1]} on any distribution")
+        else:
+            flags.append(f"{name} passes on every distribution")
+            unjudgeable.append(flags[-1])
+    return Screen(tuple(flags), tuple(notes), tuple(unjudgeable), inapplicable)
+
+
+def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: VerifiedProtocol) -> str | None:
+    """Why the reference is not a function of its inputs on `first`'s distribution, or None."""
+    model = ctx.reference.build(first.weight_seed)
+    again = ctx.reference.baseline_outputs(model, first.inputs)
+    # against the first run itself: a random reference also makes its own tolerance huge
+    drift = max((measure_error(b.double(), a).worst for a, b in zip(again, first.evaluation.baseline)), default=0.0)
+    if drift > NONDETERMINISM_LIMIT or not _passes(again, first, protocol):
+        return f"nondeterministic reference on {first.distribution} (two runs differ by {drift:.1e})"
+    return None
+
+
+def _judges_nothing(trial: TrialData) -> str | None:
+    """Why a distribution judges nothing, or None: the baseline's own error is comparable to the
+    output, so the tolerance it sets admits any answer of the right scale."""
+    noise = max((e.norm for e in trial.evaluation.baseline_err), default=0.0)
+    if noise <= JUDGES_NOTHING:  # NaN never exceeds it: calibration keeps only finite outputs
+        return None
+    return f"the baseline's own error is {noise:.1e} of the output: what it computes is below its own rounding"
 
 
 def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, second: TrialData,
-                        protocol: VerifiedProtocol, dist: str) -> list[str]:
-    flags = []
+                        protocol: VerifiedProtocol) -> list[int]:
+    """The inputs whose swap for another draw's leaves the output passing."""
+    found = []
     for k, (x, y) in enumerate(zip(first.inputs, second.inputs)):
         if not isinstance(x, torch.Tensor) or torch.equal(x, y):
             continue
@@ -139,8 +165,8 @@ def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, seco
         swapped[k] = y
         outputs = ctx.reference.baseline_outputs(model, swapped)
         if _same_shapes(outputs, first) and _passes(outputs, first, protocol):
-            flags.append(f"the output does not depend on input {k} on {dist}")
-    return flags
+            found.append(k)
+    return found
 
 
 def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
@@ -150,5 +176,6 @@ def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
 def check_problem(ctx: PreparedProblem, protocol: VerifiedProtocol) -> SoundnessReport:
     """The full screen of `kbv problems check` (with the per-input sensitivity test)."""
     found = screen_trials(ctx, protocol, sensitivity=True)
-    return SoundnessReport(ctx.problem.key, dict(ctx.calibration.variants), dict(ctx.calibration.notes),
-                           found.flags, found.notes)
+    variants = {d: (None if d in found.inapplicable else v) for d, v in ctx.calibration.variants.items()}
+    notes = {**ctx.calibration.notes, **{d: "not applicable: " + why for d, why in found.inapplicable.items()}}
+    return SoundnessReport(ctx.problem.key, variants, notes, found.flags, found.notes)

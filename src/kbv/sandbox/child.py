@@ -183,6 +183,10 @@ class Child:
             model = self.model_class(*init_args)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
+            if cmd.get("draw_constants") and cmd.get("seed") is not None:  # as the reference's (kbv.weights)
+                from kbv.weights import draw_constant_parameters
+
+                draw_constant_parameters(model, cmd["seed"])
             loaded, differs = self._load_state(model, cmd.get("state_dict"))
         if cmd.get("compile"):
             model = torch.compile(model)  # the `compile` baseline: torch.compile, default mode

@@ -2,7 +2,7 @@
 
     prepare_trials    calibrate the distributions; the hidden trials (inputs and weights from
                       secret seeds, float64 truth, the baseline's own output and error), made on demand
-    screen            the soundness screen (`kbv.detect.soundness`), an explicit step of its own
+    drop_distributions  what the soundness screen (`kbv.detect.soundness`) found judges nothing
     prepare_timing    the timing pool (fresh inputs from every applicable distribution), fresh input
                       sets for probes, and the baseline children holding the pool, warmed up
 
@@ -22,7 +22,7 @@ from kbv.distributions import Calibration, calibrate, draw_inputs, trial_seed
 from kbv.inputs import tensor_bytes
 from kbv.errors import ProblemRunError, UnsoundProblemError
 from kbv.problems import Problem, instantiate_problem, problem_code
-from kbv.protocols.verified.rules import BASELINES, KEEP_BUDGET_BYTES, VerifiedProtocol
+from kbv.protocols.verified.rules import BASELINES, DRAW_CONSTANT_PARAMETERS, KEEP_BUDGET_BYTES, VerifiedProtocol
 from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import ChildFailure, Sandbox
@@ -137,7 +137,8 @@ def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.d
     module = instantiate_problem(problem)
     with problem_code(problem.origin, "get_init_inputs"):
         init_inputs = list(module.get_init_inputs())
-    reference = Reference(module, init_inputs, device, protocol.precision, problem.origin)
+    reference = Reference(module, init_inputs, device, protocol.precision, problem.origin,
+                          draw_constants=DRAW_CONSTANT_PARAMETERS)
     calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
     calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
     trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
@@ -187,12 +188,12 @@ def _keep_if_small(trials: list[TrialData], device: torch.device) -> None:
         t.release()
 
 
-def screen(prepared: PreparedProblem, protocol: VerifiedProtocol) -> None:
-    """The soundness screen: the problem's flags and notes, carried by every verdict of it."""
-    from kbv.detect.soundness import screen_trials
-
-    found = screen_trials(prepared, protocol)
-    prepared.flags, prepared.screen_notes, prepared.unjudgeable = found.flags, found.notes, found.unjudgeable
+def drop_distributions(prepared: PreparedProblem, why: dict[str, str]) -> None:
+    """Make the distributions of `why` not applicable, as calibration does, with their trials."""
+    for dist, reason in why.items():
+        prepared.calibration.variants[dist] = None
+        prepared.calibration.notes[dist] = "not applicable: " + reason
+    prepared.trials = [t for t in prepared.trials if t.distribution not in why]
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ def _baseline_child(prepared: PreparedProblem, sb: Sandbox, name: str, primary: 
     sb.ready(timeout)
     sb.call({"op": "load", "source": "reference", "code": prepared.problem.code, "origin": prepared.problem.origin,
              "init_args": prepared.init_inputs, "seed": prepared.timing_model_seed, "precision": policy,
-             "compile": compiled}, timeout)
+             "compile": compiled, "draw_constants": DRAW_CONSTANT_PARAMETERS}, timeout)
     load_pool(sb, prepared.pool, settings.flush_bytes(timer.flush_factor), timeout)
     if name == primary:  # before anything is timed: the driver-level watch stops then (see sandbox.devicewatch)
         with stage("memory"):

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.2"
+PROTOCOL_VERSION = "kbv-verified-1.3"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
@@ -24,6 +24,12 @@ KEEP_BUDGET_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # all trials' tensors kep
 # when its sum and sum of squares agree within this share of their scale, or this much an element
 STATE_RTOL = 1e-2
 STATE_ATOL = 1e-5
+# parameters are inputs too: constant-initialised ones are drawn per weight seed (`kbv.weights`)
+DRAW_CONSTANT_PARAMETERS = True
+# a distribution on which the baseline's own normwise error is this share of the output judges nothing:
+# the tolerance it sets admits any answer of the right scale (a mean that rounds to zero, 1e8 x below
+# its own rounding error)
+JUDGES_NOTHING = 0.1
 WEIGHT_COPIES = 1  # copies of the reference's weights a candidate may keep besides them (another layout)
 
 # probes and attribution

@@ -2,7 +2,7 @@
 
 Per problem (`VerifiedRunner.prepare`, once for all its candidates):
     1. prepare_trials   calibration, hidden trials, truth              (prepare.py)
-       screen           the soundness screen                            (prepare.py, detect/soundness.py)
+       screen           the soundness screen                            (detect/soundness.py)
        prepare_timing   timing pool, baseline children, their memory    (prepare.py)
 Per candidate (`VerifiedRunner.evaluate`, in its own started child):
     2. correctness      every hidden trial, integrity, guards           (correctness.py)
@@ -28,6 +28,7 @@ from kbv.candidates import Pair
 from kbv.compare import judge_outputs
 from kbv.detect.attribution import Attribution, attribute, missing_custom_work
 from kbv.detect.caches import replayed_timing
+from kbv.detect.soundness import screen_trials
 from kbv.detect.speed import impossible_speed
 from kbv.errors import UnsoundProblemError
 from kbv.inputs import tensor_bytes
@@ -38,11 +39,17 @@ from kbv.protocols.verified.prepare import (
     UnsoundProblem,
     memory_stats,
     prepare_timing,
+    drop_distributions,
     prepare_trials,
-    screen,
     spawn_baselines,
 )
-from kbv.protocols.verified.rules import ATTRIBUTION_SET, BASELINES, REPLAY_PROBES, VerifiedProtocol
+from kbv.protocols.verified.rules import (
+    ATTRIBUTION_SET,
+    BASELINES,
+    DRAW_CONSTANT_PARAMETERS,
+    REPLAY_PROBES,
+    VerifiedProtocol,
+)
 from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
 from kbv.provenance import device_state
 from kbv.sandbox import ChildFailure, Sandbox
@@ -110,7 +117,10 @@ class VerifiedRunner:
                 raise
             prepared.stack.enter_context(stack)
             try:
-                screen(prepared, self.protocol)
+                found = screen_trials(prepared, self.protocol)
+                drop_distributions(prepared, found.inapplicable)
+                prepared.flags, prepared.screen_notes = found.flags, found.notes
+                prepared.unjudgeable = found.unjudgeable
                 if prepared.unjudgeable:
                     prepared.close()
                     return UnsoundProblem(f"{pair.problem.origin}: {'; '.join(prepared.unjudgeable)}",
@@ -178,7 +188,8 @@ class VerifiedRunner:
     def _run(self, sb: Sandbox, prepared: PreparedProblem, pair: Pair, build: Build, records: Records,
              deadline: float) -> None:
         load = {"op": "load", "source": "candidate", "path": str(build.candidate_path),
-                "init_args": prepared.init_inputs, "precision": self.protocol.precision}
+                "init_args": prepared.init_inputs, "precision": self.protocol.precision,
+                "draw_constants": DRAW_CONSTANT_PARAMETERS}
         with stage("correctness"):
             records.correctness = check_correctness(sb, prepared, self.protocol, load, deadline)
         if not records.correctness.categories:

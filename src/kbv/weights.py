@@ -1,0 +1,69 @@
+"""Parameters are inputs too: the verified suite draws the parameters a model initialises to a constant.
+
+A problem whose output is constant under its default initialisation judges nothing: GroupNorm's affine
+weight and bias start at 1 and 0, so a mean over a group-normalised tensor is mean(bias) = 0 whatever the
+input, and a kernel that never reads its input passes. Under each trial's weight seed, every floating
+parameter whose elements are all equal (numel > 1: a random initialisation never is) gets values drawn
+around its constant, in the reference and the candidate alike. The draw depends only on the seed and on
+the parameter's shape, constant and rank among the parameters of that shape and constant, never on its
+name: a candidate that builds the same modules under other names draws the same values, and one that
+hard-codes the defaults computes another function.
+
+Imported by the parent (`kbv.reference`) and by the child (`kbv.sandbox.child`) before any candidate
+code runs: pure torch, no side effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+# A constant c is drawn uniformly from [c/2, 3c/2]: same sign and scale, never zero, so a divisor, a
+# scale or a variance stays one. A zero (a bias) is drawn from [-1/2, 1/2]: the scale of a normalised
+# activation, which such biases are added to.
+SPREAD = 0.5
+
+
+def draw_constant_parameters(model: Any, seed: int) -> tuple[str, ...]:
+    """Redraw `model`'s constant-initialised floating parameters in place for `seed`; the names of
+    those it redrew. A model that is not an `nn.Module` is left as it is."""
+    if not isinstance(model, torch.nn.Module):
+        return ()
+    rank: dict[tuple[tuple[int, ...], float], int] = {}
+    drawn = []
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            value = _constant(p)
+            if value is None:
+                continue
+            key = (tuple(p.shape), value)
+            rank[key] = rank.get(key, 0) + 1
+            p.copy_(_draw(p.shape, value, _seed(seed, key, rank[key])).to(device=p.device, dtype=p.dtype))
+            drawn.append(name)
+    return tuple(drawn)
+
+
+def _constant(p: torch.Tensor) -> float | None:
+    """The value every element of `p` holds, or None (not floating, a single element, or not constant)."""
+    if not p.is_floating_point() or p.numel() < 2 or p.is_meta:
+        return None
+    flat = p.detach().reshape(-1)  # (numel,)
+    first = flat[0]
+    if not bool(torch.isfinite(first)) or not bool((flat == first).all()):
+        return None
+    return float(first)
+
+
+def _seed(seed: int, key: tuple[tuple[int, ...], float], rank: int) -> int:
+    text = f"{seed}|{key[0]}|{key[1]!r}|{rank}".encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1
+
+
+def _draw(shape: torch.Size, value: float, seed: int) -> torch.Tensor:
+    """Values around `value` (float64, on the CPU: the same on every device)."""
+    u = torch.rand(tuple(shape), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    if value == 0.0:
+        return (u - 0.5) * 2 * SPREAD
+    return value * (1 + (u - 0.5) * 2 * SPREAD)
