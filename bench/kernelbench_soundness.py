@@ -35,17 +35,18 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
     from kbv.errors import KbvError, UnsoundProblemError
     from kbv.problems import load_problem_file, out_of_memory
     from kbv.protocols.verified.prepare import prepare_trials
-    from kbv.protocols.verified.rules import VerifiedProtocol
+    from kbv.protocols.verified.rules import PROTOCOL_VERSION, VerifiedProtocol
 
     t0 = time.monotonic()
-    record: dict[str, Any] = {"file": path, "level": level}
+    record: dict[str, Any] = {"file": path, "level": level, "protocol": PROTOCOL_VERSION}
     try:
         problem = load_problem_file(Path(path), level)
         record["problem"] = problem.key
         prepared = prepare_trials(problem, VerifiedProtocol(), torch.device(device), seed.to_bytes(16, "big"))
         report = check_problem(prepared, VerifiedProtocol())
         record.update(flags=list(report.flags), notes=list(report.notes), calibration=report.calibration,
-                      calibration_notes=report.calibration_notes, outcome="unsound" if report.flags else "sound")
+                      calibration_notes=report.calibration_notes, drawn=list(report.drawn),
+                      outcome="unsound" if report.unjudgeable else "flagged" if report.flags else "sound")
     except Exception as exc:
         if out_of_memory(exc):  # PyTorch's or the driver's: too large for the device
             record.update(outcome="too large", reason=f"out of device memory: {str(exc).splitlines()[0][:160]}")
@@ -180,16 +181,16 @@ def print_table(records: list[dict[str, Any]]) -> None:
     print("\nFlagged problems (a flag: a trivial candidate passes every distribution, an input is ignored, "
           "or the reference is nondeterministic):")
     for r in order:
-        if r["outcome"] == "unsound":
+        if r["outcome"] in ("unsound", "flagged"):
             print(f"  {r['problem']:60s} {'; '.join(r['flags'])}")
     print("\nProblems not screened:")
     for r in order:
-        if r["outcome"] not in ("sound", "unsound"):
+        if r["outcome"] not in ("sound", "unsound", "flagged"):
             print(f"  {r['problem']:60s} {r['outcome']}: {r.get('reason', '')}"[:200])
     kinds = {"trivial": "passes on every distribution", "ignores an input": "does not depend on input",
              "nondeterministic": "nondeterministic", "other inputs": "output at other inputs passes"}
     print("\nCounts:")
-    for outcome in ("sound", "unsound", "too large", "timed out", "cannot run", "crashed", "not run"):
+    for outcome in ("sound", "flagged", "unsound", "too large", "timed out", "cannot run", "crashed", "not run"):
         print(f"  {outcome:12s} {sum(1 for r in records if r['outcome'] == outcome)}")
     for label, needle in kinds.items():
         print(f"  flag {label:18s} {sum(1 for r in records if any(needle in f for f in r.get('flags', [])))}")
@@ -200,22 +201,25 @@ def write_markdown(records: list[dict[str, Any]], path: Path, command: str, devi
     order = sorted(records, key=lambda r: (_level_of(r["problem"]), _id_of(r["problem"]), r["problem"]))
     counts = {o: sum(1 for r in records if r["outcome"] == o) for o in dict.fromkeys(r["outcome"] for r in order)}
     lines = ["# KernelBench's problems under kbv's soundness screen", "",
-             "Each of KernelBench's level 1-3 problems (v0.1 sizes) through `kbv problems check`: a problem is "
-             "flagged when a trivial candidate (identity, zeros, ones, the output's mean, uninitialised memory, "
-             "the reference at another input) passes every applicable input distribution, when its output does "
-             "not depend on an input, when its reference is nondeterministic, or when no input distribution "
-             "gives an output worth computing. A verdict on a flagged problem carries the `unsound_problem` "
-             "category; on a problem with a nondeterministic reference or no applicable distribution, the "
-             "verified protocol's verdict is `unsound_problem` itself.", "",
+             "Each of KernelBench's level 1-3 problems (v0.1 sizes) through `kbv problems check`, with the "
+             "parameters that a problem initialises to a constant drawn per weight seed (GroupNorm's and "
+             "BatchNorm's affine, zeroed biases: the `drawn` column). A problem is `unsound` when a trivial "
+             "candidate (identity, zeros, ones, the output's mean, uninitialised memory, the reference at another "
+             "input) passes every input distribution that judges anything, when no distribution gives an output "
+             "worth computing or judges anything (the baseline's own error comparable to the output), or when its "
+             "reference is nondeterministic: every candidate's verified verdict is then `unsound_problem`. It is "
+             "`flagged` when its output ignores an input (still judged). What passes on some distributions only "
+             "is a note.", "",
              f"Regenerate (on {device}): `{command}`", "",
              "Counts: " + ", ".join(f"{n} {o}" for o, n in counts.items()), "",
-             "| problem | outcome | why |", "| --- | --- | --- |"]
+             "| problem | outcome | drawn | why |", "| --- | --- | --- | --- |"]
     for r in order:
-        why = "; ".join(r.get("flags", [])) if r["outcome"] in ("sound", "unsound") else r.get("reason", "")
+        why = "; ".join(r.get("flags", [])) if r["outcome"] in FINAL else r.get("reason", "")
         notes = "; ".join(r.get("notes", []))
         if r["outcome"] == "sound" and notes:
             why = f"notes: {notes}"
-        lines.append(f"| {r['problem']} | {r['outcome']} | {why.replace('|', '/')[:400]} |")
+        drawn = ", ".join(r.get("drawn", [])) or "-"
+        lines.append(f"| {r['problem']} | {r['outcome']} | {drawn.replace('|', '/')[:200]} | {why.replace('|', '/')[:400]} |")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -301,12 +305,16 @@ def _device_name(device: str) -> str:
     return "a CPU" if device == "cpu" else device
 
 
-FINAL = ("sound", "unsound", "cannot run")  # outcomes a rerun would not change
+FINAL = ("sound", "flagged", "unsound", "cannot run")  # outcomes a rerun would not change
 
 
 def screened(path: Path) -> dict[str, dict[str, Any]]:
-    """Problem key -> its last record in an earlier run's JSONL, for those with a final outcome."""
-    return {k: r for k, r in last_records(path).items() if r["outcome"] in FINAL}
+    """Problem key -> its last record in an earlier run's JSONL, for those with a final outcome under
+    this protocol's rules (a record of other rules is screened again)."""
+    from kbv.protocols.verified.rules import PROTOCOL_VERSION
+
+    return {k: r for k, r in last_records(path).items()
+            if r["outcome"] in FINAL and r.get("protocol") == PROTOCOL_VERSION}
 
 
 def last_records(path: Path) -> dict[str, dict[str, Any]]:

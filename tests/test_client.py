@@ -9,10 +9,10 @@ import time
 import httpx
 import pytest
 
+from kbv.answer import Answer
 from kbv.client import Client
 from kbv.errors import ServiceError
-from kbv.reward import reward_rule
-from kbv.serve.answer import Answer
+from kbv.reward_rules import reward_rule
 from kbv.verdict import Status, Verdict
 
 VERDICT = Verdict(problem="L1/2_ReLU", problem_hash="ph", level=1, candidate="2_ReLU__abc", candidate_hash="ch",

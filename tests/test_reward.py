@@ -11,7 +11,7 @@ import pytest
 
 from kbv.errors import UsageError
 from kbv.reward import RULES, RewardFunction, completion_text, reward_rule
-from kbv.serve.answer import Answer
+from kbv.answer import Answer
 from kbv.verdict import Status, Verdict
 
 BASE = Verdict(problem="L1/2_ReLU", problem_hash="ph", level=1, candidate="c", candidate_hash="ch",

@@ -7,7 +7,7 @@
         print(answer.status, answer.speedup, answer.reward, answer.verdict.message)
         answers = kbv.evaluate_batch([{"problem": "L1/2_ReLU", "code": code}, ("L1/4_GELU", other)])
 
-Answers are `kbv.serve.answer.Answer` records holding `kbv.verdict.Verdict`s. Every request is
+Answers are `kbv.answer.Answer` records holding `kbv.verdict.Verdict`s. Every request is
 idempotent (an identical one is answered from the store, or joins the one in flight), so a full queue
 (429), a service that is stopping or starting (503, a refused or dropped connection) is retried with
 exponential backoff for up to `retry_s` seconds. Anything else the service refuses raises
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kbv.errors import ServiceError, UsageError
-from kbv.serve.answer import Answer
+from kbv.answer import Answer
 
 INSTALL_HINT = "pip install 'kernelbench-verified[serve]'"
 _RETRIED = frozenset({429, 503})

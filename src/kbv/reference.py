@@ -44,6 +44,7 @@ class Reference:
         self.origin = origin  # named when the problem's own code raises (ProblemRunError)
         # draw the parameters the model initialises to a constant, per weight seed (`kbv.weights`)
         self.draw_constants = draw_constants
+        self.drawn: tuple[str, ...] = ()  # the parameters the last build drew
         self._convolves: bool | None = None
 
     def build(self, weight_seed: int) -> Any:
@@ -54,7 +55,7 @@ class Reference:
                 return model
             model = model.to(self.device)
             if self.draw_constants:
-                draw_constant_parameters(model, weight_seed)
+                self.drawn = draw_constant_parameters(model, weight_seed)
             return model
 
     def baseline_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:

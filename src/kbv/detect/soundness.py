@@ -33,6 +33,8 @@ class SoundnessReport:
     calibration_notes: dict[str, str]
     flags: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    unjudgeable: tuple[str, ...] = ()  # the flags that make every verified verdict `unsound_problem`
+    drawn: tuple[str, ...] = ()  # the parameters drawn per weight seed (`kbv.weights`)
 
     @property
     def sound(self) -> bool:
@@ -178,4 +180,5 @@ def check_problem(ctx: PreparedProblem, protocol: VerifiedProtocol) -> Soundness
     found = screen_trials(ctx, protocol, sensitivity=True)
     variants = {d: (None if d in found.inapplicable else v) for d, v in ctx.calibration.variants.items()}
     notes = {**ctx.calibration.notes, **{d: "not applicable: " + why for d, why in found.inapplicable.items()}}
-    return SoundnessReport(ctx.problem.key, variants, notes, found.flags, found.notes)
+    return SoundnessReport(ctx.problem.key, variants, notes, found.flags, found.notes, found.unjudgeable,
+                           ctx.reference.drawn)

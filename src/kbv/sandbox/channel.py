@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+import kbv.sandbox.vmm as vmm
 from kbv.sandbox.wire import SharedArena, TensorHandle, dtype_name
 from kbv.stages import stage
 
@@ -137,8 +138,6 @@ class DeviceChannel:
     def _open(self, layout: dict[str, Any], like: Sequence[torch.Tensor], timeout_s: float
               ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Map the child's export described by `layout` ({size, offsets}) and view it as `like`."""
-        from kbv.sandbox import vmm
-
         size, offsets = layout.get("size"), layout.get("offsets")
         if not isinstance(size, int) or not isinstance(offsets, list) or len(offsets) != len(like):
             raise ChannelError(f"malformed export layout {str(layout)[:120]}")
@@ -182,8 +181,6 @@ def device_channel_supported(device: torch.device) -> bool:
         return False
     key = device.index if device.index is not None else torch.cuda.current_device()
     if key not in _SUPPORTED:
-        from kbv.sandbox import vmm
-
         try:
             torch.zeros(1, device=device)
             vmm.granularity(key)

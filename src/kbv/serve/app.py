@@ -2,7 +2,7 @@
 
     GET  /healthz             200 {"status": "ok", "device", "problems", "queue": {"depth", "max"},
                                    "pairs_evaluated", "answers", "cached_answers", "reward", "limits", ...}
-    POST /v1/evaluate         200 one answer (`kbv.serve.answer`)
+    POST /v1/evaluate         200 one answer (`kbv.answer`)
     POST /v1/evaluate_batch   200 {"items": [one answer per item, in order]}
 
 Every error is `{"error": "<one line>"}` with its status: 400 malformed JSON or a missing field; 401 a

@@ -29,7 +29,7 @@ from typing import Any
 from kbv.api import EvalConfig, open_session
 from kbv.errors import UsageError
 from kbv.problems import load_problems
-from kbv.reward import DEFAULT_RULE, reward_rule
+from kbv.reward_rules import DEFAULT_RULE, reward_rule
 from kbv.serve.requests import Limits
 from kbv.serve.service import Service
 

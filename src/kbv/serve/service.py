@@ -27,13 +27,13 @@ from concurrent.futures import Future, InvalidStateError
 from functools import partial
 from typing import Any
 
+from kbv.answer import Answer
 from kbv.api import RunSession
 from kbv.candidates import Candidate, Pair, has_code
 from kbv.errors import ProblemError, ServiceError, did_you_mean
 from kbv.executors import Job
 from kbv.problems import Problem, content_hash, resolve_problem
-from kbv.reward import RewardRule
-from kbv.serve.answer import Answer
+from kbv.reward_rules import RewardRule
 from kbv.serve.requests import Item, Limits
 from kbv.verdict import ProblemFailure, Verdict
 

@@ -8,6 +8,9 @@
 asked for `verified` or `both`, else the standard one. Under `both`, `"standard"` holds the standard
 protocol's `{"status", "speedup", "verdict"}` beside it. `cached` is true when every verdict came
 from the store and nothing ran for this request.
+
+The service (`kbv.serve.service`) makes them and the client (`kbv.client`) reads them: it lives
+beside both, so that the client needs nothing of the service.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbv.reward import RewardRule
+from kbv.reward_rules import RewardRule
 from kbv.verdict import Verdict
 
 
