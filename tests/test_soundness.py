@@ -229,7 +229,7 @@ class ModelNew(nn.Module):
 """
 
 
-def _evaluate_one(tmp_path, problem: str, name: str, candidates: dict[str, str], **config):
+def _evaluate_one(tmp_path, problem: str, name: str, candidates: dict[str, str], device: str = "cpu", **config):
     (tmp_path / "problems" / "level2").mkdir(parents=True)
     (tmp_path / "problems" / "level2" / f"{name}.py").write_text(problem)
     cands = tmp_path / "cands"
@@ -237,17 +237,18 @@ def _evaluate_one(tmp_path, problem: str, name: str, candidates: dict[str, str],
     for label, code in candidates.items():
         (cands / f"{name}__{label}.py").write_text(code)
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(tmp_path / "problems"), protocol="verified",
-                                 device="cpu", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"),
+                                 device=device, run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"),
                                  seed=5, timer_budget_s=1.0, ci_target=0.1, **config))
     return {v.candidate.split("__")[-1]: v for v in result.verdicts}
 
 
-def test_a_kernel_that_hard_codes_the_default_init_is_incorrect_once_parameters_are_drawn(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_kernel_that_hard_codes_the_default_init_is_incorrect_once_parameters_are_drawn(tmp_path, device):
     """GroupNorm's affine parameters are drawn per trial, in the reference and the candidate alike: the
     bias-mean answer and the zeros answer are incorrect, the honest model verified up to its (absent)
-    custom kernel, also under other names."""
+    custom kernel, also under other names. On CUDA the convolution's TF32 allowance applies too."""
     got = _evaluate_one(tmp_path, GROUPNORM_MEAN, "23_Conv3d_GroupNorm_Mean",
-                        {"bias_mean": BIAS_MEAN, "zeros": HARD_ZEROS, "renamed": RENAMED})
+                        {"bias_mean": BIAS_MEAN, "zeros": HARD_ZEROS, "renamed": RENAMED}, device=device)
     for hack in ("bias_mean", "zeros"):
         assert got[hack].status is Status.INCORRECT, (hack, got[hack].status, got[hack].message)
         assert Category.VALUE_MISMATCH in got[hack].categories, got[hack].categories
