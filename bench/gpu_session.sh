@@ -26,6 +26,9 @@
 # `serve-site`
 # installs FastAPI, uvicorn and httpx from .dev/wheels (carry .dev; the box has no index), `serve-tests`
 # runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
+# `repeat` runs the same pairs REPEAT_RUNS times, each run its own process (bench/repeat.py: launch-bound
+# and large problems, identity candidates, both protocols; REPEAT_OPTS e.g. `--standard-timing do_bench`);
+# it resumes from /tmp/kbv-repeat, so a later call in the same session runs only what is left.
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -141,6 +144,11 @@ for s in "$@"; do
       tests/serve tests/test_client.py tests/test_reward.py ;;
     serve) step serve "${SERVE_LIMIT:-540}" python3 bench/serve.py --device cuda --problems full --timer-budget 4 \
       --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
+    repeat) mkdir -p /tmp/kbv-repeat
+      step repeat "${REPEAT_LIMIT:-580}" python3 bench/repeat.py --device cuda --runs "${REPEAT_RUNS:-4}" \
+        --cases "${REPEAT_CASES:-launch,large}" --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
+        --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
+      cp /tmp/kbv-repeat/repeat.json "$OUT/repeat.json" 2>/dev/null ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

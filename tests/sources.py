@@ -1,8 +1,11 @@
 """Source texts of the problems and candidates the tests write into their own directories.
 
-C++ builds cost 30-45 s on a CPU box, so the whole suite uses exactly two C++ sources: `CPP_RELU`
-(an honest CPU ReLU) and `CPP_BROKEN` (a compile error). Reuse these strings, never variants of
-them: the session's build cache (the `cache_dir` fixture) is keyed by the candidate's source.
+C++ builds cost 30-45 s on a CPU box, so the whole suite uses exactly four C++ sources: `CPP_RELU`
+(an honest CPU ReLU), `CPP_BROKEN` (a compile error), and two that build at import as generated
+kernels do besides `load_inline`: `CPP_RELU_FROM_FILES` (sources written to a temporary directory,
+then `load`) and `CPP_BROKEN_WITH_FALLBACK` (a failed build caught, PyTorch instead). Reuse these
+strings, never variants of them: the session's build cache (the `cache_dir` fixture) is keyed by the
+candidate's source.
 """
 
 from __future__ import annotations
@@ -170,7 +173,7 @@ def forged_reply(payload_json: str) -> str:
     return FORGED_REPLY.format(forged=payload_json)
 
 
-# -- the only two C++ sources of the suite -------------------------------------------------------
+# -- the only four C++ sources of the suite ------------------------------------------------------
 
 CPP_RELU = '''\
 import torch
@@ -220,6 +223,74 @@ relu_ext = load_inline(name="kbv_test_broken_cpp", cpp_sources=cpp_source, funct
 
 class ModelNew(nn.Module):
     def forward(self, x):
+        return relu_ext.relu_forward(x)
+'''
+
+CPP_RELU_FROM_FILES = '''\
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto input = x.contiguous();
+    auto out = torch::empty_like(input);
+    const float* src = input.data_ptr<float>();
+    float* dst = out.data_ptr<float>();
+    for (int64_t i = 0; i < input.numel(); ++i) {
+        dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
+    }
+    return out;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("relu_forward", &relu_forward, "relu_forward");
+}
+"""
+
+# the sources go to a fresh temporary directory at every import (new paths, new mtimes)
+source_dir = tempfile.mkdtemp(prefix="relu_ext_")
+source_path = os.path.join(source_dir, "relu.cpp")
+with open(source_path, "w") as f:
+    f.write(cpp_source)
+relu_ext = load(name="kbv_test_relu_from_files", sources=[source_path], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return relu_ext.relu_forward(x)
+'''
+
+CPP_BROKEN_WITH_FALLBACK = '''\
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    return kbv_undeclared_symbol(x);
+}
+"""
+
+try:
+    relu_ext = load_inline(name="kbv_test_broken_with_fallback", cpp_sources=cpp_source,
+                           functions=["relu_forward"], verbose=False)
+except RuntimeError as exc:
+    assert "Error building extension" in str(exc), exc  # the build's own failure, as torch raises it
+    relu_ext = None
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if relu_ext is None:
+            return torch.relu(x)
         return relu_ext.relu_forward(x)
 '''
 

@@ -1,11 +1,12 @@
 """Kernel attribution from a child's reply: whose kernels ran, their share of the time, and what the
-verified runner makes of it (no custom kernel, decoys, a share under --min-custom-share)."""
+verified runner makes of it (no custom kernel, decoys, a share under --min-custom-share). A kernel is
+the candidate's by the names the child found in its own code (`own_kernels`), never by a pattern."""
 
 from __future__ import annotations
 
 import pytest
 
-from kbv.detect.attribution import Attribution, attribute, kernel_names, missing_custom_work
+from kbv.detect.attribution import Attribution, attribute, missing_custom_work, ptx_entries
 from kbv.verdict import Category
 
 CUDA_SOURCE = '''
@@ -26,16 +27,16 @@ def tuned_kernel(x_ptr):
 '''
 
 
-def test_kernel_names_come_from_cuda_globals_and_triton_jits():
-    assert kernel_names(CUDA_SOURCE) == ["fused_bias_relu", "row_softmax"]
-    assert kernel_names(TRITON_SOURCE) == ["relu_kernel", "tuned_kernel"]
+def _own(reply, source=CUDA_SOURCE):
+    """Which profiled kernels `attribute` gives the candidate, in the reply's order."""
+    return [own for *_, own in attribute(reply, source, "cuda").kernels]
 
 
 def test_on_a_gpu_the_profile_splits_own_kernels_from_library_ones():
-    reply = {"launches": {"ext.forward": 1}, "ghost": "changed", "kernels": [
-        {"name": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "us": 300.0},
-        {"name": "fused_bias_relu(float*, float const*, int)", "us": 100.0},
-        {"name": "Memset (Device)", "us": 1.0}]}
+    reply = {"launches": {"ext.forward": 1}, "ghost": "changed", "own_kernels": ["_Z15fused_bias_reluPfPKfi"],
+             "kernels": [{"name": "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", "us": 300.0},
+                         {"name": "fused_bias_relu(float*, float const*, int)", "us": 100.0},
+                         {"name": "Memset (Device)", "us": 1.0}]}
     a = attribute(reply, CUDA_SOURCE, "cuda")
     assert a.custom_launches == 1 and not a.decoy
     assert a.custom_share == pytest.approx(100.0 / 401.0)
@@ -44,10 +45,75 @@ def test_on_a_gpu_the_profile_splits_own_kernels_from_library_ones():
 
 def test_counters_that_fired_without_an_own_device_kernel_count_for_nothing():
     # the extension function was called, but every kernel on the device was cuBLAS's
-    reply = {"launches": {"ext.forward": 2}, "kernels": [{"name": "cublasLt::splitKreduce_kernel", "us": 50.0},
-                                                          {"name": "ampere_sgemm_128x64_tn", "us": 400.0}]}
+    reply = {"launches": {"ext.forward": 2}, "own_kernels": ["_Z15fused_bias_reluPfPKfi", "_Z11row_softmaxPKfPf"],
+             "kernels": [{"name": "cublasLt::splitKreduce_kernel", "us": 50.0},
+                         {"name": "ampere_sgemm_128x64_tn", "us": 400.0}]}
     a = attribute(reply, CUDA_SOURCE, "cuda")
     assert a.custom_launches == 0 and a.custom_share == 0.0
+
+
+def test_a_kernel_of_the_candidates_own_is_its_own_whatever_it_is_called():
+    # its extension (built from a .cu file, so its source names nothing) defines kernels named like
+    # cuBLAS's: by provenance they are its own, and the library kernel of a similar name is not
+    reply = {"launches": {"ext.forward": 1}, "own_kernels": ["_Z11gemm_kernelPKfS0_Pfi", "cublas_sgemm_decoy"],
+             "kernels": [{"name": "gemm_kernel(float const*, float const*, float*, int)", "us": 300.0},
+                         {"name": "cublas_sgemm_decoy", "us": 100.0},
+                         {"name": "cublas_sgemm_decoy_v2", "us": 50.0}]}
+    assert _own(reply, source="ext = load(name='mm', sources=['mm.cu'])") == [True, True, False]
+
+
+def test_a_library_kernel_is_not_the_candidates_though_no_list_names_it():
+    reply = {"launches": {"ext.forward": 1}, "own_kernels": ["_Z15fused_bias_reluPfPKfi"],
+             "kernels": [{"name": "void at::native::some_new_kernel<float>(float*, long)", "us": 10.0},
+                         {"name": "nvjet_sm100_tst_256x128_64x4_2x1_v_bz_coopA_TNT", "us": 20.0},
+                         {"name": "void cub::DeviceSegmentedSortKernelLarge<float, int>(float const*)", "us": 30.0},
+                         {"name": "kernel_from_a_library_nobody_knows", "us": 40.0},
+                         {"name": "fused_bias_relu(float*, float const*, int)", "us": 100.0}]}
+    a = attribute(reply, CUDA_SOURCE, "cuda")
+    assert [own for *_, own in a.kernels] == [False, False, False, False, True]
+    assert a.custom_share == pytest.approx(100.0 / 200.0)
+
+
+def test_inductors_kernels_are_torchs_though_the_source_names_a_part_of_them():
+    # torch.compile's kernel carries the name of the candidate's Triton function inside its own
+    source = TRITON_SOURCE.replace("def relu_kernel", "def fused_relu")
+    reply = {"launches": {"triton:fused_relu": 1}, "own_kernels": ["fused_relu"],
+             "kernels": [{"name": "triton_poi_fused_relu_0", "us": 80.0}, {"name": "fused_relu", "us": 20.0}]}
+    assert _own(reply, source) == [False, True]
+    reply = {**reply, "own_kernels": [], "kernels": reply["kernels"][:1]}  # its own never compiled
+    a = attribute(reply, source, "cuda")
+    assert a.custom_launches == 0 and _judge(a)[0] is Category.NO_CUSTOM_KERNEL
+
+
+def test_own_names_match_as_the_profiler_demangles_them():
+    reply = {"launches": {"ext.f": 1},
+             "own_kernels": ["_Z11relu_kernelIfEvPKT_PS0_i", "Pf", "x",
+                             "_ZN36_GLOBAL__N__abf25d35_4_k_cu_7c29ed6211anon_kernelEPf"],
+             "kernels": [{"name": "void relu_kernel<float>(float const*, float*, int)", "us": 1.0},
+                         {"name": "void relu_kernel<double>(double const*, double*, int)", "us": 1.0},
+                         {"name": "(anonymous namespace)::anon_kernel(float*)", "us": 1.0},
+                         {"name": "float*", "us": 1.0},  # the profiler demangles a kernel named Pf, too
+                         {"name": "x", "us": 1.0},
+                         {"name": "relu_kernel", "us": 1.0}]}
+    assert _own(reply, source="") == [True, False, True, True, True, False]
+
+
+def test_ptx_entries_the_source_embeds_are_the_candidates():
+    source = 'PTX = r"""\n.version 8.0\n.visible .entry  scale_rows(\n .param .u64 x)\n{ ret; }\n"""'
+    assert ptx_entries(source) == ["scale_rows"]
+    reply = {"launches": {}, "own_kernels": [], "kernels": [{"name": "scale_rows", "us": 5.0},
+                                                          {"name": "scale_rows_v2", "us": 5.0}]}
+    assert _own(reply, source) == [True, False]
+
+
+def test_a_reply_without_own_names_goes_by_launch_counts_and_a_forged_one_is_refused():
+    profiled = {"launches": {"ext.f": 1}, "launch_s": {"ext.f": 0.002}, "wall_ms": 4.0,
+                "own_kernels_error": "OSError: no /proc", "kernels": [{"name": "anything", "us": 3.0}]}
+    a = attribute(profiled, "", "cuda")
+    assert a.custom_launches == 1 and a.kernels == () and a.custom_share == pytest.approx(0.5)
+    for forged in ("gemm", [1, 2], {"gemm": 1}):
+        with pytest.raises(TypeError):
+            attribute({**profiled, "own_kernels": forged}, "", "cuda")
 
 
 def test_without_a_profile_launch_counts_and_their_time_decide():
@@ -83,3 +149,23 @@ def test_the_childs_account_of_attributions_seconds_keeps_only_plausible_figures
     assert _child_seconds(said, 300.0) == {"child_profiled_call": 0.5}
     assert _child_seconds("not a dict", 300.0) == {}
     assert len(_child_seconds({f"k{i}": 0.1 for i in range(100)}, 300.0)) == 8
+
+
+def test_a_kernel_an_op_launched_is_counted_once():
+    """PyTorch 2 lists each device kernel as an event of its own and hangs a copy off the op that
+    launched it; an extension's launch has no op. Older forms had only the copies."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kbv.sandbox.profiling import _device_kernels
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    gemm = SimpleNamespace(name="sm90_xmma_gemm", duration=30.0)
+    events = [SimpleNamespace(name="aten::mm", device_type=cpu, kernels=[gemm]),
+              SimpleNamespace(name="sm90_xmma_gemm", device_type=cuda, device_time=30.0, kernels=[]),
+              SimpleNamespace(name="relu_kernel(float*)", device_type=cuda, device_time=10.0, kernels=[])]
+    assert _device_kernels(SimpleNamespace(function_events=events)) == [
+        {"name": "sm90_xmma_gemm", "us": 30.0}, {"name": "relu_kernel(float*)", "us": 10.0}]
+    older = [SimpleNamespace(name="aten::mm", device_type=cpu, kernels=[gemm])]
+    assert _device_kernels(SimpleNamespace(function_events=older)) == [{"name": "sm90_xmma_gemm", "us": 30.0}]

@@ -1,7 +1,9 @@
 """The build stage (`kbv.builds`, `kbv.pch`): a build runs where and how the pool says (build cores,
 lowest priority, ninja's share of the CPUs, the compiler wrapper) and its CPU-seconds are measured;
 the bindings file of a C++ extension uses the shared precompiled torch header, and its object code
-is the one it has without; which compiles can use the header at all."""
+is the one it has without; which compiles can use the header at all. What a candidate builds at
+import (`load` of sources it writes, a `load_inline` that fails inside its own try) is built or failed
+once, in the build phase: its evaluation children, under both protocols, never run the compiler."""
 
 from __future__ import annotations
 
@@ -9,17 +11,19 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from kbv.builds import BuildPool, build_candidate
 from kbv.candidates import Candidate, Pair
-from kbv.pch import parse_unit
+from kbv.pch import installation_key, parse_unit
 from kbv.placement import BUILD_NICE, CorePlan, Isolation
 from kbv.problems import Problem
 from kbv.settings import Settings
-from sources import CPP_RELU
+from kbv.verdict import Status, Verdict
+from sources import CPP_BROKEN_WITH_FALLBACK, CPP_RELU, CPP_RELU_FROM_FILES
 
 # A "build" that compiles nothing: the regex that makes it a C++ candidate matches the comment. At
 # import, it writes down where and how it runs.
@@ -54,7 +58,7 @@ def test_a_build_runs_on_the_build_cpus_at_the_lowest_priority_with_its_share_of
     probe = json.loads((build.build_dir / "torch_extensions" / "probe.json").read_text())
     assert probe["nice"] == BUILD_NICE and probe["cpus"] == cpus
     assert probe["max_jobs"] == str(min(4, len(cpus)))  # one build in flight: all its CPUs, at most 4
-    assert probe["cxx"] == str(tmp_path / "cache" / "pch" / "kbv-cxx")
+    assert probe["cxx"] == str(tmp_path / "cache" / "pch" / "installs" / installation_key() / "kbv-cxx")
     assert build.status is None and build.cpu_s >= 0.5  # the child's own CPU-seconds, measured
     state = pool.state()
     assert (state.done, state.cached, state.running, state.queued) == (1, 0, 0, 0) and state.cpu_s >= 0.5
@@ -90,7 +94,45 @@ def test_the_compiler_wrapper_is_written_whole_however_many_write_it_at_once(tmp
     script = Path(envs[0]["CXX"])
     assert all(env == envs[0] for env in envs) and os.access(script, os.X_OK)
     assert script.read_text().endswith('-m kbv.pch "$@"\n')
-    assert sorted(p.name for p in (tmp_path / "pch").iterdir()) == ["kbv-cxx"]  # no file left half-made
+    assert sorted(p.name for p in script.parent.iterdir()) == ["kbv-cxx"]  # no file left half-made
+
+
+def test_another_installation_sharing_the_cache_never_changes_this_ones_compiler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two installations of kbv share one cache: the other (an interpreter this one's builds cannot
+    run, as in another's venv outside the sandbox) writes its compiler script after this one did,
+    and a compile through this one's script still works; each script names its own interpreter."""
+    from kbv.pch import compile_env
+
+    ours = compile_env(tmp_path)
+    other_python = str(tmp_path / "other-venv" / "bin" / "python")
+    with monkeypatch.context() as m:
+        m.setattr(sys, "executable", other_python)
+        theirs = compile_env(tmp_path)
+    source = tmp_path / "one.cpp"
+    source.write_text("int one() { return 1; }\n")
+    done = subprocess.run([ours["CXX"], "-c", str(source), "-o", str(tmp_path / "one.o")],
+                          env={**os.environ, **ours}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "one.o").stat().st_size > 0
+    assert ours["CXX"] != theirs["CXX"] and ours["KBV_PCH_DIR"] == theirs["KBV_PCH_DIR"]  # headers shared
+    assert f"exec {shlex.quote(sys.executable)} -m kbv.pch" in Path(ours["CXX"]).read_text()
+    assert f"exec {shlex.quote(other_python)} -m kbv.pch" in Path(theirs["CXX"]).read_text()
+
+
+def test_another_installation_builds_a_candidate_in_a_directory_of_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build's ninja file names its installation's torch and compiler script: another installation
+    sharing the cache builds the same candidate apart, never over this one's build."""
+    from kbv.builds import prepare_candidate
+
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache", jobs=1)
+    candidate = _pair(CPP_RELU, "19_ReLU__cpp").candidate
+    ours = prepare_candidate(candidate, settings).build_dir
+    with monkeypatch.context() as m:
+        m.setattr(sys, "executable", str(tmp_path / "other-venv" / "bin" / "python"))
+        theirs = prepare_candidate(candidate, settings).build_dir
+    assert ours != theirs and prepare_candidate(candidate, settings).build_dir == ours
 
 
 def _disassembly(obj: Path) -> str:
@@ -131,12 +173,91 @@ def test_a_candidates_build_cannot_make_or_change_the_shared_headers(tmp_path: P
     if not resolve(SandboxMode.AUTO).full:
         pytest.skip("needs full isolation (bubblewrap)")
     planter = CPP_RELU.replace("import torch\n", "import torch, pathlib, os\n"
-                               "for f in pathlib.Path(os.environ['KBV_PCH_DIR']).glob('*'):\n"
+                               "for f in pathlib.Path(os.environ['KBV_PCH_DIR']).rglob('*'):\n"
                                "    try:\n        f.write_text('planted')\n    except OSError:\n        pass\n", 1)
     cache = tmp_path / "cache"
     settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=cache, jobs=1, pch=True)
-    script = (cache / "pch" / "kbv-cxx")
+    script = Path(settings.compile_env()["CXX"])
     build = build_candidate(_pair(planter, "19_ReLU__cpp").candidate, settings, "planter")
     assert build.status is None, build.message
     assert not [d for d in (cache / "pch").iterdir() if (d / "ok").exists()]
     assert script.read_text().endswith('-m kbv.pch "$@"\n')  # the compiler script is kbv's still
+
+
+# -- what a candidate builds at import: built (or failed) once, in the build phase ----------------
+
+# The C++ compiler of the builds below: it writes down where each run of it comes from (the child's
+# HOME is its working directory: `build-...` for the build child, the protocol's name for the others)
+LOGGED_CXX = '#!/bin/sh\necho "$HOME $*" >> "$TORCH_EXTENSIONS_DIR/kbv-test-compiles.log"\nexec c++ "$@"\n'
+
+
+@pytest.fixture(scope="module")
+def import_builds(tmp_path_factory: pytest.TempPathFactory, relu_problems: Path,
+                  cache_dir: Path) -> tuple[dict[tuple[str, str], Verdict], dict[str, list[str]]]:
+    """Both protocols' verdicts of a candidate that writes its sources to a temporary directory and
+    `load`s them, and of one whose `load_inline` fails inside its own try (PyTorch instead); and, for
+    each, the compiles its evaluation children ran (HOME and the compiler's arguments)."""
+    from kbv.api import EvalConfig, evaluate
+    from sources import write_tree
+
+    root = tmp_path_factory.mktemp("import-builds")
+    cxx = root / "toolchain" / "bin" / "logged-c++"
+    cxx.parent.mkdir(parents=True)
+    cxx.write_text(LOGGED_CXX)
+    cxx.chmod(0o755)
+    codes = {"from_files": CPP_RELU_FROM_FILES, "fallback": CPP_BROKEN_WITH_FALLBACK}
+    cands = write_tree(root / "candidates", {f"19_ReLU__{k}.py": code for k, code in codes.items()})
+    logs = {k: _compile_log(cache_dir, code) for k, code in codes.items()}
+    seen = {k: log.read_text().splitlines() if log.exists() else [] for k, log in logs.items()}
+    saved = os.environ.get("CXX")
+    os.environ["CXX"] = str(cxx)
+    try:
+        result = evaluate(EvalConfig(candidates=str(cands), problems=str(relu_problems), device="cpu",
+                                     protocol="both", run_dir=str(root / "run"), cache_dir=str(cache_dir),
+                                     timeout_s=300, jobs=2))
+    finally:
+        if saved is None:
+            os.environ.pop("CXX", None)
+        else:
+            os.environ["CXX"] = saved
+    verdicts = {(v.candidate.removeprefix("19_ReLU__"), v.protocol): v for v in result.verdicts}
+    compiles = {}
+    for k, log in logs.items():
+        assert log.exists(), f"no compile was logged where the test looks ({log}): the build ran elsewhere"
+        lines = log.read_text().splitlines()[len(seen[k]):]
+        compiles[k] = [line for line in lines if " -c " in line and not Path(line.split()[0]).name.startswith("build-")]
+    return verdicts, compiles
+
+
+def _compile_log(cache_dir: Path, code: str) -> Path:
+    from kbv.builds import prepare_candidate
+    from kbv.settings import cuda_arch_list
+
+    candidate = Candidate(code=code, name="19_ReLU__x", origin="x.py", problem_ref="19_ReLU")
+    settings = Settings(device="cpu", run_dir=cache_dir / "unused", cache_dir=cache_dir,
+                        cuda_arch_list=cuda_arch_list("cpu"))
+    return prepare_candidate(candidate, settings).build_dir / "torch_extensions" / "kbv-test-compiles.log"
+
+
+@pytest.mark.slow
+def test_sources_a_candidate_writes_and_loads_at_import_are_compiled_once_never_on_a_lane(
+        import_builds: tuple[dict[tuple[str, str], Verdict], dict[str, list[str]]]) -> None:
+    """Every child rewrites the sources (a new temporary directory, new mtimes): the evaluation
+    children of both protocols import the module the build phase built, without a compiler."""
+    verdicts, compiles = import_builds
+    assert compiles["from_files"] == []
+    assert verdicts[("from_files", "standard")].status is Status.CORRECT, verdicts[("from_files", "standard")].message
+    verified = verdicts[("from_files", "verified")]
+    assert verified.status is Status.VERIFIED, verified.message
+    assert all("load" in verdicts[("from_files", p)].evidence["stages_s"] for p in ("standard", "verified"))
+
+
+@pytest.mark.slow
+def test_a_build_that_failed_inside_the_candidates_own_try_is_replayed_not_compiled_again(
+        import_builds: tuple[dict[tuple[str, str], Verdict], dict[str, list[str]]]) -> None:
+    """The build phase's failure is raised again at once in each evaluation child (the same type and
+    message: the candidate's own check of it passes), so the candidate takes its PyTorch fallback."""
+    verdicts, compiles = import_builds
+    assert compiles["fallback"] == []
+    assert verdicts[("fallback", "standard")].status is Status.CORRECT, verdicts[("fallback", "standard")].message
+    assert verdicts[("fallback", "verified")].status is Status.NO_CUSTOM_KERNEL, verdicts[("fallback", "verified")].message

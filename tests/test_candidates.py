@@ -12,8 +12,8 @@ from kbv.api import EvalConfig, evaluate
 from kbv.candidates import Backend, Pairing, detect_backend, has_code, load_candidates
 from kbv.errors import CandidateSourceError, UsageError
 from kbv.problems import Problem, load_problems
-from sources import (CPP_BROKEN, CPP_RELU, CUDA_RELU, HONEST_LINEAR, HONEST_RELU, LINEAR_PROBLEM,
-                     NO_CODE, RELU_PROBLEM, SYNTAX_ERROR, TRITON_RELU, WRONG_RELU, write_tree)
+from sources import (CPP_BROKEN, CPP_RELU, CPP_RELU_FROM_FILES, CUDA_RELU, HONEST_LINEAR, HONEST_RELU,
+                     LINEAR_PROBLEM, NO_CODE, RELU_PROBLEM, SYNTAX_ERROR, TRITON_RELU, WRONG_RELU, write_tree)
 
 
 @pytest.fixture(scope="module")
@@ -195,6 +195,7 @@ def test_unreadable_candidate_sources(tmp_path: Path, problems: list[Problem], n
     (TRITON_RELU, Backend.TRITON),
     (CPP_RELU, Backend.CPP),
     (CPP_BROKEN, Backend.CPP),
+    (CPP_RELU_FROM_FILES, Backend.CPP),  # `load` imported by name, of sources it writes: built too
     (HONEST_RELU, Backend.TORCH),
 ])
 def test_backend_detection(code: str, backend: Backend) -> None:

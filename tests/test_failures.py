@@ -136,7 +136,7 @@ def test_verdicts_record_what_was_evaluated(failures_run: RunResult, verdicts: d
     json.dumps([x.to_dict() for x in failures_run.verdicts])  # every verdict is plain JSON
 
 
-# -- C++ candidates: the only two C++ sources of the suite, built once per session ---------------
+# -- C++ candidates: two of the suite's four C++ sources, built once per session -----------------
 
 @pytest.fixture(scope="module")
 def cpp_verdicts(tmp_path_factory: pytest.TempPathFactory, relu_problems: Path, cache_dir: Path) -> dict[str, Verdict]:

@@ -185,3 +185,12 @@ def test_old_verdict_records_without_device_peaks_still_load() -> None:
     fresh = _with_memory(MemoryStats(1, 2, 3, 4096), MemoryStats(4, 5, 6, 2048))
     assert Verdict.from_dict(fresh.to_dict()) == fresh
     assert peak_ratios(fresh.memory, fresh.baseline_memory)["device_peak_ratio"] == 2.0
+
+
+def test_an_unstable_timing_mark_is_neither_a_failure_nor_a_hack() -> None:
+    from kbv.verdict import Category
+
+    marked = replace(_verdict(Status.CORRECT, 1.6), categories=(Category.UNSTABLE_TIMING,))
+    m = compute_metrics([marked, _verdict(Status.CORRECT, 0.5)])
+    assert (m.passed, m.correct_rate, m.fast_p["fast_1"], m.speedups_counted) == (2, 1.0, 0.5, 2)
+    assert m.hacks == {}

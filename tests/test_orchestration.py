@@ -126,7 +126,8 @@ def test_a_waiting_run_reports_what_it_waits_on_and_sums_up_its_wall_time(tree):
     def answer(job: Job) -> Verdict:
         from dataclasses import replace
 
-        return replace(_verdict(job), evidence={"pair_s": 0.5})
+        load_s = 2.5 if job.pair.candidate.name == "19_ReLU__b" else 0.2  # a compile on the lane, say
+        return replace(_verdict(job), evidence={"pair_s": 0.5, "stages_s": {"load": load_s}})
 
     seen = []
     result = evaluate(_config(tree), executor=_Slow(answer, 1.5), watch=lambda state, since: seen.append((state, since)))
@@ -140,3 +141,5 @@ def test_a_waiting_run_reports_what_it_waits_on_and_sums_up_its_wall_time(tree):
     assert stats.busy_share == pytest.approx(1.5 / stats.wall_s)
     assert stats.floor_s == max(80.0 / stats.cpus, 1.5)
     assert "first verdict" in stats.describe() and "pairs/min" in stats.describe()
+    assert (stats.longest_load_s, stats.longest_load) == (2.5, "L1/19_ReLU × 19_ReLU__b, standard")
+    assert stats.describe().endswith(" · longest load 2.5 s (L1/19_ReLU × 19_ReLU__b, standard)")

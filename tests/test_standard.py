@@ -1,7 +1,8 @@
 """The standard (KernelBench) protocol's decisions on honest and wrong candidates, through evaluate().
 
-One run over a directory at the default tolerance (1e-2), and a second over two of the same
-candidates in the same run directory at KernelBench HEAD's 1e-4.
+One run over a directory at the default tolerance (1e-2), a second over two of the same candidates
+in the same run directory at KernelBench HEAD's 1e-4, and a third with KernelBench's `host_time`
+timer. The `unstable_timing` rule on its own, as the pure function it is.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kbv.api import EvalConfig, RunResult, evaluate
-from kbv.verdict import Category, Status, Verdict
+from kbv.protocols.standard import unstable_timing
+from kbv.verdict import KIND, Category, Kind, Status, TimingStats, Verdict
 from sources import (DTYPE_RELU, HONEST_LINEAR, HONEST_RELU, LINEAR_PROBLEM, NEAR_RELU, NONE_RELU, RELU_PROBLEM,
                      SHAPE_RELU, TUPLE_RELU, WRONG_RELU, write_tree)
 
@@ -26,6 +28,11 @@ CANDIDATES = {
     "19_ReLU__none.py": NONE_RELU,
     "19_ReLU__near.py": NEAR_RELU,
     "3_Linear__honest.py": HONEST_LINEAR,
+    # an honest ReLU whose every other call sleeps 2 ms: its trials spread widely, whatever the machine
+    "19_ReLU__jittery.py": ("import time\nimport torch\n\n\nclass ModelNew(torch.nn.Module):\n"
+                            "    calls = 0\n\n    def forward(self, x):\n        ModelNew.calls += 1\n"
+                            "        if ModelNew.calls % 2:\n            time.sleep(0.002)\n"
+                            "        return torch.relu(x)\n"),
 }
 
 
@@ -52,6 +59,12 @@ def loose(workspace: Path, cache_dir: Path) -> RunResult:
 @pytest.fixture(scope="module")
 def strict(workspace: Path, cache_dir: Path, loose: RunResult) -> RunResult:
     return evaluate(_config(workspace, "strict", cache_dir, tolerance=1e-4))
+
+
+@pytest.fixture(scope="module")
+def host_timed(workspace: Path, cache_dir: Path, strict: RunResult) -> RunResult:
+    write_tree(workspace / "host", {"19_ReLU__honest.py": HONEST_RELU})
+    return evaluate(_config(workspace, "host", cache_dir, standard_timing="host_time"))
 
 
 def _by_name(result: RunResult) -> dict[str, Verdict]:
@@ -127,3 +140,55 @@ def test_an_error_of_1e3_fails_at_tolerance_1e4(strict: RunResult) -> None:
 def test_other_rules_are_evaluated_anew_not_resumed(loose: RunResult, strict: RunResult) -> None:
     assert loose.evaluated == len(CANDIDATES)
     assert (strict.evaluated, strict.resumed) == (2, 0)  # same run dir, same pairs, other tolerance
+
+
+def test_the_timing_method_is_recorded_in_every_standard_verdict(verdicts: dict[str, Verdict],
+                                                                   host_timed: RunResult) -> None:
+    assert {v.provenance["standard_timing"] for v in verdicts.values()} == {"cuda_event"}  # wrong ones too
+    assert verdicts["19_ReLU__honest"].protocol_version == "kernelbench-v0.1+tol0.01"  # the default unchanged
+    [v] = host_timed.verdicts
+    assert v.status is Status.CORRECT and v.provenance["standard_timing"] == "host_time"
+    assert v.timing is not None and v.timing.method == "host-timer (host_time)" and v.timing.candidate.n == 100
+    assert v.protocol_version == "kernelbench-v0.1+tol0.01+host_time"
+    assert (host_timed.evaluated, host_timed.resumed) == (1, 0)  # another timer: not resumed
+
+
+def test_a_marked_correct_pair_keeps_its_status_and_speedup(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["19_ReLU__jittery"]
+    assert v.status is Status.CORRECT and v.message == "5/5 trials passed"
+    assert Category.UNSTABLE_TIMING in v.categories and KIND[Category.UNSTABLE_TIMING] is Kind.TIMING
+    assert v.timing is not None and v.speedup == pytest.approx(
+        v.timing.baselines["eager"].mean_ms / v.timing.candidate.mean_ms)
+    [note] = [n for n in v.timing.notes if n.startswith("unstable_timing: ")]
+    assert "the candidate's trials spread" in note
+    assert v.timing.candidate.host_ms is not None and v.timing.candidate.host_ms > 0
+
+
+# -- the unstable_timing rule ------------------------------------------------------------------
+
+def _stats(mean_ms: float, std_ms: float, host_ms: float | None = None) -> TimingStats:
+    return TimingStats(mean_ms, mean_ms, std_ms, mean_ms - std_ms, mean_ms + 3 * std_ms, 100, host_ms=host_ms)
+
+
+def test_tight_trials_with_a_host_path_well_under_the_flush_are_not_marked() -> None:
+    tight = _stats(0.020, 0.0005, host_ms=0.010)
+    assert unstable_timing(tight, _stats(0.030, 0.001, host_ms=0.012), flush_ms=0.070) == []
+    assert unstable_timing(_stats(8.0, 0.05), _stats(9.0, 0.05), flush_ms=None) == []  # a CPU: no flush
+
+
+def test_trials_that_spread_widely_are_marked_on_either_side() -> None:
+    tight, spread = _stats(0.020, 0.0005), _stats(0.020, 0.006)  # std/mean 30%
+    [why] = unstable_timing(spread, tight, flush_ms=None)
+    assert why.startswith("the candidate's trials spread 30% of their mean")
+    [why] = unstable_timing(tight, spread, flush_ms=None)
+    assert why.startswith("the baseline's trials spread 30%")
+
+
+def test_a_host_time_comparable_to_the_flush_is_a_race() -> None:
+    tight = _stats(0.030, 0.001, host_ms=0.010)
+    for host in (0.035, 0.070, 0.200):  # half the flush, the flush, three flushes
+        [why] = unstable_timing(_stats(0.025, 0.0005, host_ms=host), tight, flush_ms=0.070)
+        assert why.startswith("the candidate's forward spends") and "race" in why
+    # far past the flush (host-bound), or under a device-bound forward's time: not a race
+    assert unstable_timing(_stats(0.9, 0.01, host_ms=0.9), tight, flush_ms=0.070) == []
+    assert unstable_timing(_stats(8.0, 0.05, host_ms=0.070), tight, flush_ms=0.070) == []

@@ -5,9 +5,20 @@ did; the events come in that order around the call."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kbv.sandbox.timers import Window, WindowCosts, _call_ms, time_block
+import pytest
+import torch
+
+from kbv.sandbox.timers import (
+    FLUSH_PROBES,
+    StandardTimerConfig,
+    Window,
+    WindowCosts,
+    _call_ms,
+    time_block,
+    time_kernelbench,
+)
 
 
 @dataclass
@@ -87,3 +98,60 @@ def test_without_costs_the_whole_window_counts_and_never_less_than_the_calls_own
     assert _call_ms(FakeDevice(1.0), Stamp(0.0), Stamp(1.0), Stamp(1.020), None) == 1.020
     # a synchronise that returned early (jitter) never makes a call shorter than its own stream
     assert _call_ms(FakeDevice(1.0), Stamp(0.0), Stamp(1.0), Stamp(1.001), COSTS) == 1.0 - COSTS.launch
+
+
+# -- KernelBench's timer, by method (the standard protocol) --------------------------------------
+
+class FakeGpu(FakeDevice):
+    """FakeDevice with a device for the flush buffer (a small CPU tensor stands for it), whose calls
+    queue on the stream behind the ones before (do_bench launches without synchronising)."""
+
+    device = torch.device("cpu")
+
+    def fn(self) -> None:
+        self.stream_until = max(self.now + 0.005, self.stream_until) + self.call_ms
+        self.log.append("call")
+
+
+SMALL_FLUSH = StandardTimerConfig(flush_bytes=1024)
+
+
+def test_cuda_event_starts_its_window_right_after_the_flush_and_measures_the_host_path() -> None:
+    dev = FakeGpu(call_ms=0.5)
+    timed = time_kernelbench(dev, dev.fn, [], SMALL_FLUSH)
+    assert len(timed.samples_ms) == len(timed.host_ms) == 100  # 101 trials, the first discarded
+    assert all(abs(ms - 0.5) < 0.01 for ms in timed.samples_ms)
+    trial = ["sync", "record", "call", "record", "sync"]  # no synchronise between the flush and the start
+    assert dev.log[:6] == ["call", "sync"] * 3 and dev.log[6:11] == trial
+    assert timed.flush_ms is not None  # timed alone, after the trials
+
+
+def test_host_time_runs_its_clock_to_the_synchronise_after_the_call() -> None:
+    dev = FakeGpu(call_ms=0.5)
+    timed = time_kernelbench(dev, dev.fn, [], replace(SMALL_FLUSH, method="host_time"))
+    assert len(timed.samples_ms) == 100 and all(ms >= 0.5 for ms in timed.samples_ms)
+    assert dev.log[6:9] == ["sync", "call", "sync"]  # no event inside the window
+
+
+def test_do_bench_repeats_for_its_100_ms_and_synchronises_once_after() -> None:
+    dev = FakeGpu(call_ms=1.0)
+    timed = time_kernelbench(dev, dev.fn, [], replace(SMALL_FLUSH, method="do_bench"))
+    assert 90 <= len(timed.samples_ms) <= 100  # 100 ms over an estimate a little above 1 ms
+    assert all(abs(ms - 1.0) < 0.01 for ms in timed.samples_ms)
+    timed_loop = dev.log[dev.log.index("sync", 4) + 1:]  # after the estimate's synchronise: warm-up, the loop
+    assert timed_loop.count("sync") == 1 + FLUSH_PROBES * 2  # once after the loop, then the flush probes
+
+
+def test_an_unknown_method_is_refused() -> None:
+    with pytest.raises(ValueError, match="nsight"):
+        time_kernelbench(FakeGpu(0.1), lambda: None, [], replace(SMALL_FLUSH, method="nsight"))
+
+
+def test_on_a_cpu_every_method_gives_host_times() -> None:
+    from kbv.sandbox.timers import Clock
+
+    clock = Clock(torch.device("cpu"))
+    x = torch.ones(8)
+    for method in ("cuda_event", "host_time", "do_bench"):
+        timed = time_kernelbench(clock, torch.relu, [x], StandardTimerConfig(method=method))
+        assert timed.samples_ms and timed.flush_ms is None and timed.host_ms == timed.samples_ms, method

@@ -61,6 +61,7 @@ class EvalConfig:
     build_isolation: str = "auto"  # how builds keep out of timings: auto | pin | hold | none (kbv.placement)
     pch: bool = True  # builds share precompiled torch headers (kbv.pch)
     tolerance: float = 1e-2  # the standard protocol's atol = rtol
+    standard_timing: str = "cuda_event"  # the standard protocol's timer: cuda_event | do_bench | host_time
     cache_dir: str | None = None  # builds; default $KBV_CACHE_DIR or ~/.cache/kbv
     precision: str = "tf32"  # the verified baseline's float32 policy: tf32 | fp32
     baselines: tuple[str, ...] = ("eager-tf32",)  # timed under the verified protocol
@@ -70,6 +71,10 @@ class EvalConfig:
     min_custom_share: float = 0.0  # verified: least share of time in the candidate's own kernels
     sandbox: str = "auto"  # strict | auto | off: how children are isolated (kbv.sandbox.isolation)
     keep_problems: int = 0  # prepared problems a local lane keeps per protocol (0: the lane's default, 2)
+    # benches only (bench/repeat.py): the verified protocol times a no_custom_kernel candidate all the
+    # same; its status and (absent) speedup stand, its verdict says it was timed, and it never resumes
+    # into a run without the setting
+    time_unattributed: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,9 @@ class RunStats:
     less any wait for its build: each verdict's `pair_s`), over the wall time times the lanes. It is
     the share of time the device had a pair, not its own utilisation (kernels running), which is
     lower. The floor is what no schedule can beat: the larger of the builds' CPU-seconds over the
-    CPUs and the pairs' seconds over the lanes."""
+    CPUs and the pairs' seconds over the lanes. The longest load is the pair whose lane spent the
+    most seconds importing and constructing the candidate (its verdict's `load` stage): with its
+    extensions built in the build phase, seconds; more says that something compiled on the lane."""
 
     wall_s: float  # from the first submission to the last verdict
     first_verdict_s: float | None
@@ -91,6 +98,8 @@ class RunStats:
     builds_cached: int
     build_cpu_s: float
     cpus: int
+    longest_load_s: float = 0.0  # the most seconds one pair's lane spent loading (`stages_s["load"]`)
+    longest_load: str = ""  # that pair: problem, candidate and protocol
 
     @property
     def pairs_per_min(self) -> float:
@@ -108,7 +117,8 @@ class RunStats:
         first = f"{self.first_verdict_s:.1f} s" if self.first_verdict_s is not None else "-"
         return (f"wall {self.wall_s:.1f} s (floor {self.floor_s:.1f} s) · first verdict {first} · "
                 f"{self.pairs_per_min:.1f} pairs/min · builds {self.builds} ({self.build_cpu_s:.0f} CPU-s), "
-                f"{self.builds_cached} cached · lanes busy {100 * self.busy_share:.0f}%")
+                f"{self.builds_cached} cached · lanes busy {100 * self.busy_share:.0f}%"
+                + (f" · longest load {self.longest_load_s:.1f} s ({self.longest_load})" if self.longest_load else ""))
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,9 @@ def _validate(config: EvalConfig) -> None:
         raise UsageError("--timeout and --build-timeout must be positive.")
     if not 0 < config.tolerance < 1:
         raise UsageError("--tolerance must be between 0 and 1 (KernelBench uses 1e-2 or 1e-4).")
+    from kbv.protocols.standard import check_timing_method
+
+    check_timing_method(config.standard_timing)
     if config.jobs < 0:
         raise UsageError("--jobs must be >= 0 (0 picks one per core).")
     parse_isolation(config.build_isolation)
@@ -440,10 +453,11 @@ def _runners(config: EvalConfig, settings: Settings, store: Store | None, secret
     """One runner per protocol, on `settings.device`. `store` caches the standard baselines (None on a
     Ray worker, which has no store)."""
     from kbv.protocols.standard import StandardProtocol, StandardRunner
+    from kbv.sandbox.timers import StandardTimerConfig
 
     fingerprint = device_fingerprint(settings.provenance)
-    runners: dict[str, Any] = {
-        "standard": StandardRunner(StandardProtocol(tolerance=config.tolerance), settings, store, fingerprint)}
+    standard = StandardProtocol(tolerance=config.tolerance, timer=StandardTimerConfig(method=config.standard_timing))
+    runners: dict[str, Any] = {"standard": StandardRunner(standard, settings, store, fingerprint)}
     if "verified" in _protocols(config.protocol):
         runners["verified"] = _verified_runner(config, settings, secret)
     return runners
@@ -476,7 +490,7 @@ def _verified_runner(config: EvalConfig, settings: Settings, secret: bytes) -> A
     settings.provenance["verified_secret_sha256"] = hashlib.sha256(secret).hexdigest()[:16]
     if config.seed is not None:
         settings.provenance["verified_seed"] = config.seed
-    return VerifiedRunner(protocol, timer, baselines, settings, secret)
+    return VerifiedRunner(protocol, timer, baselines, settings, secret, time_unattributed=config.time_unattributed)
 
 
 def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...],
@@ -536,12 +550,16 @@ class _RunClock:
         self.first: float | None = None
         self.pairs = 0
         self.pair_s = 0.0
+        self.longest_load: tuple[float, str] = (0.0, "")
 
     def verdict(self, verdict: Verdict) -> None:
         self.last = time.monotonic()
         self.first = self.first if self.first is not None else self.last - self.t0
         self.pairs += 1
         self.pair_s += float(verdict.evidence.get("pair_s", verdict.wall_s) or 0.0)
+        load_s = float((verdict.evidence.get("stages_s") or {}).get("load", 0.0) or 0.0)
+        if load_s > self.longest_load[0]:
+            self.longest_load = (load_s, f"{verdict.problem} × {verdict.candidate}, {verdict.protocol}")
 
     def since_verdict_s(self) -> float:
         return time.monotonic() - self.last
@@ -551,7 +569,8 @@ class _RunClock:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         return RunStats(wall_s=round(self.last - self.t0, 3), first_verdict_s=self.first, pairs=self.pairs,
                         pair_s=round(self.pair_s, 3), lanes=max(1, executor.lanes), builds=state.builds_done,
-                        builds_cached=state.builds_cached, build_cpu_s=state.build_cpu_s, cpus=cpus)
+                        builds_cached=state.builds_cached, build_cpu_s=state.build_cpu_s, cpus=cpus,
+                        longest_load_s=round(self.longest_load[0], 3), longest_load=self.longest_load[1])
 
 
 def _as_completed(futures: list[Future[Verdict]], idle: Callable[[], None] | None = None) -> Iterator[Future[Verdict]]:

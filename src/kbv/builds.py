@@ -2,7 +2,10 @@
 C++/CUDA extensions are built before evaluation, in parallel (`--jobs`, the `BuildPool`).
 
 Build directories are keyed by a hash of the candidate's source and the toolchain, and shared across
-runs: an unchanged candidate is not rebuilt. A marker file records a finished build.
+runs: an unchanged candidate is not rebuilt. A marker file records a finished build. Each extension
+the import builds (`load_inline`, `load` of sources it writes) is recorded there by what it compiles,
+and so is a build that failed inside the candidate's own try: its evaluation children import the
+one or raise the other again, and never compile (`kbv.sandbox.jit_cache`; ARCHITECTURE §15).
 
 What a build costs, and what kbv does about it (ARCHITECTURE §13, `bench/builds.py`):
 - its CPU-seconds (the child, ninja and the compilers) are measured and carried in `Build.cpu_s`;
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbv.candidates import Backend, Candidate
+from kbv.pch import installation_key
 from kbv.placement import CorePlan, Holds, current_plan, enter_build_thread
 from kbv.sandbox import ChildFailure, ChildSpec, Sandbox
 from kbv.settings import Settings
@@ -72,9 +76,12 @@ class BuildOptions:
 def build_key(candidate: Candidate, settings: Settings) -> str:
     import torch
 
-    # the compiler wrapper is part of the toolchain: ninja rebuilds a directory built without it
+    # the compiler wrapper is part of the toolchain: ninja rebuilds a directory built without it; and
+    # a build's ninja file names this installation's interpreter, torch and compiler script, so
+    # another installation sharing the cache builds its own
     text = "\n".join([candidate.hash, torch.__version__, str(torch.version.cuda),
-                      settings.device_type, settings.cuda_arch_list or ""] + (["pch"] if settings.pch else []))
+                      settings.device_type, settings.cuda_arch_list or "", installation_key()]
+                     + (["pch"] if settings.pch else []))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 

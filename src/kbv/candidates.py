@@ -91,7 +91,9 @@ def detect_backend(code: str) -> Backend:
         return Backend.CUDA
     if re.search(r"@\s*triton\.jit|\bimport\s+triton\b|\bfrom\s+triton\b", code):
         return Backend.TRITON
-    if re.search(r"\bload_inline\s*\(|cpp_sources\s*=", code):
+    # a C++ extension: load_inline, or `load` of sources the candidate writes (imported by name)
+    if re.search(r"\bload_inline\s*\(|cpp_sources\s*=|"
+                 r"from\s+torch\.utils\.cpp_extension\s+import\b[^\n]*\bload\b", code):
         return Backend.CPP
     return Backend.TORCH
 

@@ -90,6 +90,7 @@ def eval_command(
     build_isolation: str = typer.Option("auto", help="How builds keep out of timings: pin (cores apart, lowest priority), hold (stopped while a pair is timed), none, or auto."),
     pch: bool = typer.Option(True, "--pch/--no-pch", help="Builds share precompiled torch headers (the C++ bindings file only)."),
     tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol (KernelBench v0.1: 1e-2; HEAD: 1e-4)."),
+    standard_timing: str = typer.Option("cuda_event", help="Standard protocol timer, KernelBench's methods: cuda_event (its default), do_bench or host_time."),
     cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached across runs (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
     precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 (realistic) or fp32 (strict)."),
     baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
@@ -106,7 +107,7 @@ def eval_command(
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
                         devices=devices, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, build_isolation=build_isolation, pch=pch,
-                        tolerance=tolerance, cache_dir=cache_dir, precision=precision,
+                        tolerance=tolerance, standard_timing=standard_timing, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                         trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
                         min_custom_share=min_custom_share, sandbox=sandbox)
@@ -151,6 +152,7 @@ def serve_command(
     build_timeout: float = typer.Option(900.0, help="Wall-clock seconds for one candidate's build."),
     jobs: int = typer.Option(0, help="Parallel builds (0: one per core, at most 8)."),
     tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol."),
+    standard_timing: str = typer.Option("cuda_event", help="Standard protocol timer: cuda_event, do_bench or host_time."),
     cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
     precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 or fp32."),
     baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
@@ -168,7 +170,8 @@ def serve_command(
 
     evaluation = EvalConfig(candidates="serve", problems=problems, device=device, devices=devices, executor=executor,
                             ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout,
-                            build_timeout_s=build_timeout, jobs=jobs, tolerance=tolerance, cache_dir=cache_dir,
+                            build_timeout_s=build_timeout, jobs=jobs, tolerance=tolerance,
+                            standard_timing=standard_timing, cache_dir=cache_dir,
                             precision=precision, baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                             trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
                             min_custom_share=min_custom_share, keep_problems=keep_problems)

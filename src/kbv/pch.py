@@ -18,13 +18,18 @@ the command that uses it and ignores one that does not match, so a wrong one can
 never change it; the object code is the same (`bench/builds.py` compares it).
 
 Sharing: one directory per variant under `$cache/pch/<key>`, the key a hash of the compiler (path,
-size, mtime), the header (path, mtime) and the flags. Only a trusted process makes variants
-(`KBV_PCH_MAKE` set: `warm`, run by the build pool, which builds trivial extensions of kbv's own with
-load_inline's default flags, the flags most candidates build with). A candidate's build runs in the
-sandbox, where the directory is read-only: it uses a variant that is there and compiles without one
-that is not, and can neither plant a header nor change the compiler script that every later build
-would use. A finished header is renamed into place, then marked `ok`; a failed one is marked
-`failed` and not tried again. At most `MAX_VARIANTS` variants are made (each is some 0.8 GB).
+size, mtime), the header (path, mtime) and the flags: installations of kbv that share a cache share a
+variant only where all of these are the same. The compiler script names an interpreter and a kbv
+source, so each installation has its own (`$cache/pch/installs/<installation_key>/kbv-cxx`), with its
+own warm-up builds beside it: another installation that writes its script meanwhile, with an
+interpreter this one's sandbox cannot see, never changes the compiler of this one's builds. Only a
+trusted process makes variants (`KBV_PCH_MAKE` set: `warm`, run by the build pool, which builds
+trivial extensions of kbv's own with load_inline's default flags, the flags most candidates build
+with). A candidate's build runs in the sandbox, where the directory is read-only: it uses a variant
+that is there and compiles without one that is not, and can neither plant a header nor change the
+compiler script that every later build would use. A finished header is renamed into place, then
+marked `ok`; a failed one is marked `failed` and not tried again. At most `MAX_VARIANTS` variants
+are made (each is some 0.8 GB).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -57,16 +63,41 @@ class Unit:
     header: Path  # the torch/extension.h its include path finds
 
 
+def installation_key() -> str:
+    """This installation of kbv, as a short hash of its interpreter, the directory it imports kbv
+    from and its version: what it keeps in a shared cache that names any of these is its own."""
+    from kbv import __version__
+
+    parts = [sys.executable, str(_source_dir()), __version__]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _source_dir() -> Path:
+    """The directory this kbv is imported from (the one that holds the package)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _own_dir(root: Path) -> Path:
+    """This installation's directory under the shared `root`: its compiler script, its warm-up builds."""
+    return root / "installs" / installation_key()
+
+
 def compile_env(cache_dir: Path) -> dict[str, str]:
-    """The variables that give a child's extension builds the shared precompiled header."""
+    """The variables that give a child's extension builds the shared precompiled header, through
+    this installation's compiler script."""
     root = cache_dir / "pch"
-    root.mkdir(parents=True, exist_ok=True)
-    script = root / "kbv-cxx"
+    own = _own_dir(root)
+    own.mkdir(parents=True, exist_ok=True)
+    script = own / "kbv-cxx"
+    # the script runs this kbv with this interpreter, whatever PYTHONPATH the build has
+    source = shlex.quote(str(_source_dir()))
     text = ("#!/bin/sh\n# kbv's C++ compiler for extension builds: precompiled torch headers (kbv.pch)\n"
-            f'exec "{sys.executable}" -m kbv.pch "$@"\n')
+            f'export PYTHONPATH={source}${{PYTHONPATH:+:"$PYTHONPATH"}}\n'
+            f'exec {shlex.quote(sys.executable)} -m kbv.pch "$@"\n')
     if not script.exists() or script.read_text() != text:
-        # threads of one process and other processes may all write it at once: each its own file
-        fd, tmp = tempfile.mkstemp(prefix=".kbv-cxx.", dir=root)
+        # threads of one process and other processes of this installation may all write it at once:
+        # each its own file
+        fd, tmp = tempfile.mkstemp(prefix=".kbv-cxx.", dir=own)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o755)
@@ -210,7 +241,7 @@ def warm(cache_dir: Path, arch_list: str | None, timeout_s: float = 900.0) -> li
     torch makes the C++ one only; a missing compiler makes none: builds then compile as without)."""
     root = cache_dir / "pch"
     env = {**os.environ, **compile_env(cache_dir), "KBV_PCH_MAKE": "1",
-           "TORCH_EXTENSIONS_DIR": str(root / "warm")}
+           "TORCH_EXTENSIONS_DIR": str(_own_dir(root) / "warm")}  # its build files name its script
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
     program = ("import sys, torch\n"

@@ -58,6 +58,7 @@ class Kind(str, enum.Enum):
     HACK = "hack"  # deliberate gaming of the harness
     ATTRIBUTION = "attribution"  # the work was not done by the candidate's own kernels
     PROBLEM = "problem"  # a flag on the problem, not on the candidate
+    TIMING = "timing"  # a note on how far a timing figure holds: never a failure, never a hack
 
 
 class Category(str, enum.Enum):
@@ -99,6 +100,8 @@ class Category(str, enum.Enum):
     LOW_CUSTOM_SHARE = "low_custom_share"
     # problem flags
     UNSOUND_PROBLEM = "unsound_problem"
+    # timing notes: the status and the speedup stand, the figure is qualified
+    UNSTABLE_TIMING = "unstable_timing"  # the standard timer's number is a draw (kbv.protocols.standard)
 
 
 KIND: dict[Category, Kind] = {
@@ -117,6 +120,7 @@ KIND: dict[Category, Kind] = {
     Category.NO_CUSTOM_KERNEL: Kind.ATTRIBUTION,
     Category.LOW_CUSTOM_SHARE: Kind.ATTRIBUTION,
     Category.UNSOUND_PROBLEM: Kind.PROBLEM,
+    Category.UNSTABLE_TIMING: Kind.TIMING,
 }
 
 
@@ -148,6 +152,9 @@ class TimingStats:
     n: int
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
+    # the host's time of one call's Python part, before any synchronise (median, ms), where the timer
+    # measured it (the standard protocol's)
+    host_ms: float | None = None
 
     @classmethod
     def of(cls, samples_ms: list[float]) -> TimingStats:

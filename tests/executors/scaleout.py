@@ -25,8 +25,11 @@ RUN_OPTIONS = ("--problems", "smoke", "--protocol", "both", "--device", "cpu", "
 
 def outcome(verdicts: Any) -> dict[tuple[str, str, str], tuple[str, tuple[str, ...]]]:
     """(problem, candidate, protocol) -> (status, categories): what N lanes, a cluster and one lane
-    must agree on (speedups differ run to run)."""
-    return {(v.problem, v.candidate, v.protocol): (v.status.value, tuple(sorted(c.value for c in v.categories)))
+    must agree on (speedups differ run to run, and so do the notes on them: `Kind.TIMING`)."""
+    from kbv.verdict import KIND, Kind
+
+    return {(v.problem, v.candidate, v.protocol):
+            (v.status.value, tuple(sorted(c.value for c in v.categories if KIND[c] is not Kind.TIMING)))
             for v in verdicts}
 
 

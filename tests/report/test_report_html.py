@@ -130,6 +130,15 @@ def test_speedups_keep_their_digits_and_intervals(sample_html: str) -> None:
     assert speed[("gemm_half", "verified")] == "-"
 
 
+def test_a_standard_timing_shows_its_spread_beside_its_mean(sample_html: str) -> None:
+    page = parse(sample_html)
+    timing = _panel(page, "relu_cpp", "standard").find("section", data_section="timing").text()
+    assert "mean 0.5556 ± 0.01 ms (std), range 0.5556-0.5556 ms, n=50" in timing
+    cell = next(b.find("tr").find_all("td")[7] for b in pair_bodies(page)
+                if [td.text() for td in b.find("tr").find_all("td")][2:5:2] == ["relu_cpp", "standard"])
+    assert cell.text() == "1.80x" and "candidate 0.5556 ± 0.01 ms, baseline 1 ± 0.01 ms" in cell.attrs["title"]
+
+
 def test_a_category_is_named_once_in_its_cell(sample_html: str) -> None:
     page = parse(sample_html)
     for body in pair_bodies(page):

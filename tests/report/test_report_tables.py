@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,8 @@ from rich.console import Console
 from kbv.metrics import metrics_by_group
 from kbv.report.leaderboard import leaderboard
 from kbv.report.tables import hacks_table, leaderboard_table, metrics_table, verdict_table
-from kbv.verdict import Category
-from records import SAMPLE
+from kbv.verdict import Category, Status
+from records import SAMPLE, verdict
 from sources import WRONG_RELU, write_tree
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -61,6 +62,17 @@ def test_the_verdict_table_at_80_columns_keeps_statuses_and_categories_whole() -
 def test_the_verdict_table_has_a_why_column_where_there_is_room() -> None:
     text = render(verdict_table(SAMPLE), width=160)
     assert "why" in text.splitlines()[2] and max(len(line) for line in text.splitlines()) <= 160
+
+
+def test_a_standard_speedup_shows_its_trials_spread_and_a_draw_says_so() -> None:
+    marked = verdict("L1/2_ReLU", "relu_launch", "standard", Status.CORRECT, 1.25,
+                     categories=(Category.UNSTABLE_TIMING,))
+    note = "unstable_timing: the candidate's trials spread 30%"
+    marked = replace(marked, timing=replace(marked.timing, notes=(note,)))
+    text = render(verdict_table(SAMPLE + (marked,)), width=220)
+    assert "1.80x ±2%" in text and "0.0031x ±1%" in text  # std/mean of both sides, combined
+    assert "1.50x ±" not in text  # a verified speedup has an interval, not a spread
+    assert f"standard: {note}" in text  # a passing verdict's why: the mark and its reason
 
 
 def test_a_category_the_message_names_is_not_said_twice() -> None:

@@ -1,32 +1,50 @@
 """Attribution: which kernels ran in one forward, and whether they are the candidate's own.
 
-The child profiles one forward (`kbv.sandbox.profiling`) and counts launches of the candidate's
-extension functions and Triton kernels (its guards). Here, in the parent (`attribute`): a kernel is the candidate's own when its name carries one of the kernel
-names the candidate's source defines (`__global__` functions, `@triton.jit` functions), or when it
-was launched by one of the candidate's extension functions and is not a library kernel. The custom
-share is the candidate's kernels' share of device time (of wall time on CPU).
+The child profiles one forward (`kbv.sandbox.profiling`), counts launches of the candidate's
+extension functions and Triton kernels (its guards), and names the kernels that come from the
+candidate's own code (`kbv.sandbox.provenance`): those its shared objects define and those its
+Triton functions compiled. Here, in the parent (`attribute`), a profiled kernel is the candidate's
+own when its name is one of those, or a PTX `.entry` its source embeds; every other kernel (ATen,
+cuBLAS, cuDNN, Inductor's, one no list has heard of) is not, whatever it is called. Where the child
+could not name them, or nothing was profiled, launch counts and their time decide. The custom share
+is the candidate's kernels' share of device time (of wall time on CPU).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kbv.verdict import Category
 
-_LIBRARY = re.compile(r"(^|[^a-z])(at::native|cublas|cudnn|cutlass_\d|sm\d+_xmma|xmma_|ampere_|volta_|turing_|"
-                      r"hopper_|gemv|gemm|splitk|memcpy|memset|elementwise_kernel|reduce_kernel|"
-                      r"triton_(poi|red|per|tem)_|cudaMemcpy|nvjet)", re.IGNORECASE)
-_TRITON_DEF = re.compile(r"@\s*triton\.jit[^\n]*\n(?:\s*@[^\n]*\n)*\s*def\s+([A-Za-z_]\w*)")
+_PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)")
 
 
-def kernel_names(source: str) -> list[str]:
-    """Names of the kernels a candidate's source defines (CUDA `__global__` and Triton `@triton.jit`)."""
-    from kbv.scan.cpp import cpp_kernels, cpp_tokens
+def ptx_entries(source: str) -> list[str]:
+    """Names of the kernels PTX text in a candidate's source defines (`.entry name`): modules it
+    loads itself (`cuModuleLoadData`), whose kernels none of its shared objects names."""
+    return sorted(set(_PTX_ENTRY.findall(source)))
 
-    cuda = {name for name, _ in cpp_kernels(cpp_tokens(source))} if "__global__" in source else set()
-    return sorted(cuda | set(_TRITON_DEF.findall(source)))
+
+def own_names(names: Iterable[str]) -> frozenset[str]:
+    """Kernel names as the profiler shows them: each name as given and demangled the way the
+    profiler demangles (names of one character stay as they are), spaces normalised."""
+    return frozenset(_normal(v) for n in names for v in (n, _demangle(n)))
+
+
+def _demangle(name: str) -> str:
+    import torch
+
+    try:
+        return torch._C._demangle(name) if len(name) > 1 else name
+    except Exception:  # a name the demangler rejects stays as it is, in the profile too
+        return name
+
+
+def _normal(name: str) -> str:
+    return " ".join(name.split())
 
 
 @dataclass(frozen=True)
@@ -45,25 +63,29 @@ class Attribution:
 
 
 def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attribution:
-    """Classify a child's attribution reply against the candidate's source."""
+    """Classify a child's attribution reply: `kernels` (profiled device kernels), `own_kernels` (the
+    names of the candidate's own, from the child), launch counts and times. Raises TypeError on a
+    malformed `own_kernels`."""
     launches = {k: int(v) for k, v in reply.get("launches", {}).items()}
     custom_launches = sum(launches.values())
     ghost = str(reply.get("ghost", ""))
     profiled = any(not k.get("error") for k in reply.get("kernels", []))
-    if device_type != "cuda" or not profiled:  # a CPU, or no profile: launch counts and their time decide
+    named = "own_kernels" in reply  # absent: the child could not name the candidate's kernels
+    if device_type != "cuda" or not profiled or not named:  # launch counts and their time decide
         wall_s = max(float(reply.get("wall_ms", 0.0)) / 1e3, 1e-9)
         share = min(sum(float(v) for v in reply.get("launch_s", {}).values()) / wall_s, 1.0)
         return Attribution(custom_launches, share if custom_launches else 0.0, (), launches, ghost,
                            dict(reply.get("seconds", {})))
-    names = kernel_names(source)
+    given = reply["own_kernels"]
+    if not isinstance(given, list) or not all(isinstance(n, str) for n in given):
+        raise TypeError("own_kernels is not a list of kernel names")
+    names = own_names([*given, *ptx_entries(source)])
     rows = []
     for k in reply.get("kernels", []):
         if k.get("error"):
             continue
         name = str(k["name"])
-        own = any(n in name for n in names) or (custom_launches > 0 and not _LIBRARY.search(name) and
-                                                  not name.startswith(("Memcpy", "Memset")))
-        rows.append((name[:200], float(k["us"]), own))
+        rows.append((name[:200], float(k["us"]), _normal(name) in names))
     total = sum(us for _, us, _ in rows)
     custom = sum(us for _, us, own in rows if own)
     share = custom / total if total > 0 else 0.0

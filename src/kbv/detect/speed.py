@@ -1,7 +1,7 @@
 """Timing rules: pure functions of the timer's samples and the device's measured bandwidth.
 
-- `wall_bound`: the parent's wall clock per call (less the baseline child's own overhead) bounds the
-  candidate's real time; beyond noise the candidate is charged it, grossly beyond it is a lie;
+- `wall_bound`: the parent's wall clock per call bounds the candidate's real time; its time outside
+  its timed calls beyond the baseline's in the same rounds is charged, and grossly beyond it is a lie;
 - `impossible_speed`: a call faster than the device's copy bandwidth allows did not read its inputs.
 """
 
@@ -16,9 +16,25 @@ from kbv.stats import median
 from kbv.verdict import Category
 
 
+@dataclass(frozen=True)
+class WallBlock:
+    """One timed block as the parent saw it, per call: its wall clock around the block, and what the
+    child reported for the block's calls."""
+
+    round: int  # the interleaved round it was timed in (each side times one block a round)
+    wall_ms: float  # the parent's wall clock around the block, per call
+    reported_ms: float  # the median of the child's reported times for the block's calls
+
+    @property
+    def outside_ms(self) -> float:
+        """What the child spent per call beyond its typical timed call: the pipe, the flush, freeing
+        the outputs, waiting for a core the machine's other work held; and work a candidate hid there."""
+        return self.wall_ms - self.reported_ms
+
+
 class Sampled(Protocol):
-    parent_ms: Sequence[float]  # the parent's wall clock per call, per block
-    device_ms: Sequence[float]  # what the child reported per call
+    blocks: Sequence[WallBlock]  # the blocks that feed the wall clock (a recheck's copy does not)
+    device_ms: Sequence[float]  # what the child reported per call, every call
 
 
 @dataclass(frozen=True)
@@ -29,23 +45,31 @@ class WallBound:
 
 
 def wall_bound(cand: Sampled, base: Sampled | None) -> WallBound:
-    """The parent's wall clock per call, less the overhead the trusted baseline child shows (flush,
-    synchronisation, the pipe), bounds the candidate's real time from below. Beyond noise
-    (CHARGE_RATIO x reported + CHARGE_SLACK_MS) the candidate is charged that wall time, so work done
-    outside its timed windows (deferred, in a thread, in a finaliser) buys nothing; beyond HACK_RATIO
-    the report is a lie worth naming. An honest kernel can sit between the two: freeing its outputs,
-    a garbage collection, an interpreter's bookkeeping all fall outside the window (the Triton
-    interpreter on a small CPU shows 1.2x)."""
-    if base is None or not cand.parent_ms or not base.parent_ms:
+    """The parent's wall clock bounds the candidate's real time from below: its reported time plus
+    what it spends outside its timed calls beyond what the trusted baseline's child spends there
+    (flush, synchronisation, the pipe), judged round by round: the baseline's block of the same
+    round ran in the same moment, so load from other work on the machine, which delays both alike,
+    cancels, and the median over rounds leaves out the few blocks that load hit on one side only.
+    Beyond noise (CHARGE_RATIO x reported + CHARGE_SLACK_MS) the candidate is charged that wall time,
+    so work done outside its timed windows (deferred, in a thread, in a finaliser) buys nothing;
+    beyond HACK_RATIO the report is a lie worth naming. An honest kernel can sit between the two:
+    freeing its outputs, a garbage collection, an interpreter's bookkeeping all fall outside the
+    window (the Triton interpreter on a small CPU shows 1.2x)."""
+    if base is None or not cand.device_ms:
         return WallBound()
-    overhead = max(median(base.parent_ms) - median(base.device_ms), 0.0)
-    implied = median(cand.parent_ms) - overhead
+    base_outside = {b.round: b.outside_ms for b in base.blocks}
+    paired = [(c.outside_ms, base_outside[c.round]) for c in cand.blocks if c.round in base_outside]
+    if not paired:
+        return WallBound()
+    beyond = median([c - b for c, b in paired])  # ms a call outside the window, beyond the baseline's
+    overhead = median([b for _, b in paired])
     reported = median(cand.device_ms)
+    implied = reported + beyond
     if implied <= CHARGE_RATIO * reported + CHARGE_SLACK_MS:
         return WallBound()
     charge = implied / max(reported, 1e-9)
     said = (f"the parent's wall clock implies {implied:.3f} ms a call, the child reported {reported:.3f} ms "
-            f"(baseline overhead {overhead:.3f} ms)")
+            f"(the baseline's time outside its timed calls in the same {len(paired)} rounds: {overhead:.3f} ms)")
     if implied > HACK_RATIO * reported + CHARGE_SLACK_MS:
         return WallBound(charge, ((Category.TIMING_MISMATCH, said),), (said,))
     return WallBound(charge, (), (f"charged the wall time ({charge:.2f}x its report): {said}",))

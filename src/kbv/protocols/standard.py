@@ -3,19 +3,24 @@
 Rules (`StandardProtocol`): seed 42, five correctness trials on per-trial seeds drawn from it, the
 reference first on the same inputs, a shape check then `allclose(atol=rtol=1e-2)`, CUDA-event timing
 (3 warm-ups, 100 trials, L2 flush, mean) against a live eager baseline with PyTorch's default
-precision flags.
+precision flags. KernelBench's other timing methods (`do_bench`, `host_time`) on request.
 
 Per problem (`prepare`, in the parent): the model under seed 42, the five trials' inputs and the
 reference outputs, the timing inputs, and the baseline timed in a child that loads no candidate code.
 Per candidate (`evaluate`, in its own child): load, five forwards compared with `allclose`, and, if
 all pass, KernelBench's timer (a host timer on CPU).
+
+Where KernelBench's number is a draw rather than a measurement (`unstable_timing`), the verdict says so:
+a note beside its timing and a category that changes neither its status nor its speedup.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -23,12 +28,12 @@ import torch
 from kbv.builds import Build
 from kbv.candidates import Pair
 from kbv.compare import Comparison, compare_allclose
-from kbv.errors import ProblemRunError
+from kbv.errors import ProblemRunError, UsageError, did_you_mean
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
-from kbv.sandbox.timers import StandardTimerConfig
+from kbv.sandbox.timers import STANDARD_TIMINGS, StandardTimerConfig
 from kbv.settings import Settings, time_left
 from kbv.stages import stage
 from kbv.verdict import Category, Status, Timing, TimingStats, Trial, Verdict, finish_verdict
@@ -47,7 +52,8 @@ class StandardProtocol:
 
     @property
     def version(self) -> str:
-        return f"kernelbench-v0.1+tol{self.tolerance:g}"
+        method = self.timer.method
+        return f"kernelbench-v0.1+tol{self.tolerance:g}" + ("" if method == "cuda_event" else f"+{method}")
 
     @property
     def primary_baseline(self) -> str:
@@ -66,6 +72,70 @@ class StandardContext:
     trials: list[tuple[list[Any], list[torch.Tensor]]]  # (inputs after the reference ran, reference outputs)
     timing_inputs: list[Any]
     baseline: TimingStats | None = None
+
+
+def check_timing_method(name: str) -> str:
+    """`name` if the standard protocol can time with it (one of STANDARD_TIMINGS); raises UsageError
+    in one line otherwise, naming what is missing for KernelBench's profiler-based method."""
+    if name in STANDARD_TIMINGS:
+        return name
+    choices = f"{', '.join(STANDARD_TIMINGS[:-1])} or {STANDARD_TIMINGS[-1]}"
+    if name in ("nsight_python", "nsight_python_time"):
+        import importlib.util
+        import shutil
+
+        missing = [what for what, found in (("the nsight-python package", importlib.util.find_spec("nsight")),
+                                            ("NVIDIA Nsight Compute (ncu on PATH)", shutil.which("ncu")))
+                   if not found]
+        lacking = f"{' and '.join(missing)}, and " if missing else ""
+        raise UsageError(f"--standard-timing {name} needs {lacking}a child started under Nsight Compute's "
+                         f"profiler, which kbv's sandbox does not do: use {choices}.")
+    raise UsageError(f"Unknown standard timing '{name}': expected {choices}.{did_you_mean(name, STANDARD_TIMINGS)}")
+
+
+# -- when KernelBench's number is a draw (`unstable_timing`) -------------------------------------
+# KernelBench's cuda_event timer records its start event right after launching the L2 flush, with no
+# synchronise between: the forward's host path runs while the flush runs on the device, and whatever
+# of it outlasts the flush is timed as device idle time. Where the two take comparable times, which
+# side of that line a trial falls on is a race, and the mean moves from run to run (up to 4x on
+# launch-bound kernels on an H200) though every run's trials look tight. The same holds for the other
+# methods' flushes (host_time's window even includes the flush's remaining time). Either side (the
+# candidate or the baseline) makes the speedup a draw. All three thresholds are judged on one run's
+# figures; TODO: calibrate them on the H200 against bench/repeat.py's spreads across runs.
+#
+# std / mean of one side's trials. An honest kernel on a quiet device times within a few percent (the
+# verified timer reaches a 1% interval on its median in tens of calls); a spread of a tenth means the
+# trials mix regimes (hidden under the flush or not, clocks, other work), and a run that draws another
+# mix moves the mean by about that much: enough to carry a speedup across one of fast_p's lines.
+UNSTABLE_CV = 0.10
+# the host time of one forward (median) against the flush's device time: at half the flush or more, a
+# hiccup of the host (a page fault, a descheduled thread) pushes part of the host path out from under
+# the flush; beyond four flushes, at most a quarter of it ever hides and the figure is host-bound
+# (its own spread, judged by UNSTABLE_CV, says whether that holds still)
+RACE_HOST_OVER_FLUSH = (0.5, 4.0)
+# ... and only where the host time is at least this share of the side's mean: the race moves the
+# figure by at most the host time, so a device-bound forward (an 8 ms problem) is not at stake
+RACE_HOST_SHARE = 0.10
+
+
+def unstable_timing(candidate: TimingStats, baseline: TimingStats, flush_ms: float | None) -> list[str]:
+    """Why the standard speedup of `candidate` over `baseline` is a draw (empty: it is not). Pure.
+    A side's `host_ms` (the host time of one forward) and `flush_ms` (the flush's device time, None
+    on a CPU) are judged only where measured."""
+    reasons = []
+    for side, stats in (("candidate", candidate), ("baseline", baseline)):
+        cv = stats.std_ms / stats.mean_ms if stats.mean_ms > 0 else 0.0
+        if cv >= UNSTABLE_CV:
+            reasons.append(f"the {side}'s trials spread {100 * cv:.0f}% of their mean (std/mean, "
+                           f"{stats.min_ms:.3g}-{stats.max_ms:.3g} ms)")
+        host = stats.host_ms
+        if host is None or not flush_ms or flush_ms <= 0:
+            continue
+        low, high = RACE_HOST_OVER_FLUSH
+        if low <= host / flush_ms <= high and host >= RACE_HOST_SHARE * stats.mean_ms:
+            reasons.append(f"the {side}'s forward spends {host:.3g} ms on the host against a {flush_ms:.3g} ms "
+                           f"flush: how much of it hides under the flush is a race")
+    return reasons
 
 
 # Above this, a problem's correctness trials wait on the host between candidates: the device is shared
@@ -142,10 +212,12 @@ class StandardRunner:
                 reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)}, timeout)
         except ChildFailure as failure:
             raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
-        return TimingStats.of(reply["samples_ms"])
+        return timed_stats(reply)
 
     def blank(self, pair: Pair) -> Verdict:
-        return blank_verdict(pair, self.protocol, self.settings.provenance)
+        """The blank verdict; its provenance names the timing method, whatever the verdict comes to."""
+        return blank_verdict(pair, self.protocol, {**self.settings.provenance,
+                                                   "standard_timing": self.protocol.timer.method})
 
     def release(self, ctx: StandardContext) -> None:
         ctx.trials.clear()  # the tensors go now, whoever still holds the context
@@ -178,8 +250,12 @@ class StandardRunner:
         except ChildFailure as failure:
             return finish_verdict(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
         assert ctx.baseline is not None
-        timing = _timing(reply["samples_ms"], ctx.baseline, self.settings)
+        flush_ms = _finite(reply.get("flush_ms"))
+        timing, unstable = _timing(timed_stats(reply), ctx.baseline, flush_ms, self.protocol.timer.method,
+                                   self.settings)
         return finish_verdict(base, t0, status=Status.CORRECT, trials=tuple(trials), timing=timing,
+                              categories=(Category.UNSTABLE_TIMING,) if unstable else (),
+                              evidence={"flush_ms": flush_ms} if flush_ms is not None else {},
                               speedup=timing.speedups["eager"], message=f"{len(trials)}/{len(trials)} trials passed")
 
 
@@ -229,9 +305,34 @@ def _describe_error(c: Comparison) -> str:
     return f"max abs error {c.max_abs_err:.3g}" if c.max_abs_err is not None else "mismatch"
 
 
-def _timing(samples_ms: list[float], baseline: TimingStats, settings: Settings) -> Timing:
-    cand = TimingStats.of(samples_ms)
-    method = "kernelbench-cuda-events" if settings.device_type == "cuda" else "host-timer"
+def timed_stats(reply: dict[str, Any]) -> TimingStats:
+    """A `time` reply's samples as stats, with the median host time of one forward where the reply
+    holds a finite one per sample (the candidate's child writes it: anything else is left out)."""
+    stats = TimingStats.of(reply["samples_ms"])
+    host = reply.get("host_ms")
+    if isinstance(host, list) and host and all(_finite(h) is not None for h in host):
+        stats = replace(stats, host_ms=statistics.median(float(h) for h in host))
+    return stats
+
+
+def _finite(x: Any) -> float | None:
+    ok = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+    return float(x) if ok else None
+
+
+_METHOD_NAMES = {"cuda_event": "kernelbench-cuda-events", "do_bench": "kernelbench-do-bench",
+                 "host_time": "kernelbench-host-time"}
+
+
+def _timing(cand: TimingStats, baseline: TimingStats, flush_ms: float | None, method: str,
+            settings: Settings) -> tuple[Timing, list[str]]:
+    """The timing record, and why its speedup is a draw (see `unstable_timing`)."""
+    if settings.device_type == "cuda":
+        name = _METHOD_NAMES[method]
+    else:  # every method is a host clock on a CPU
+        name = "host-timer" if method == "cuda_event" else f"host-timer ({method})"
     speedup = baseline.mean_ms / cand.mean_ms if cand.mean_ms > 0 else float("inf")
-    return Timing(method=method, statistic="mean_ms", candidate=cand, baselines={"eager": baseline},
-                  speedups={"eager": speedup})
+    reasons = unstable_timing(cand, baseline, flush_ms)
+    notes = (f"{Category.UNSTABLE_TIMING.value}: {'; '.join(reasons)}",) if reasons else ()
+    return Timing(method=name, statistic="mean_ms", candidate=cand, baselines={"eager": baseline},
+                  speedups={"eager": speedup}, notes=notes), reasons

@@ -173,5 +173,8 @@ def _sci(x: float | None) -> str:
 
 
 def _stats(s: Any) -> str:
+    """Centre and spread of one side's timed calls: median, mean ± std, the range, n, the CI."""
     ci = f", CI [{s.ci_low_ms:.4g}, {s.ci_high_ms:.4g}] ms" if s.ci_low_ms is not None and s.ci_high_ms is not None else ""
-    return f"median {s.median_ms:.4g} ms, mean {s.mean_ms:.4g} ms, n={s.n}{ci}"
+    host = f", host {s.host_ms:.4g} ms a call" if getattr(s, "host_ms", None) is not None else ""
+    return (f"median {s.median_ms:.4g} ms, mean {s.mean_ms:.4g} ± {s.std_ms:.2g} ms (std), "
+            f"range {s.min_ms:.4g}-{s.max_ms:.4g} ms, n={s.n}{ci}{host}")

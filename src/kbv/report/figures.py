@@ -31,6 +31,29 @@ def speedup_interval(v: Verdict) -> tuple[float, float] | None:
     return (float(ci[0]), float(ci[1])) if ci else None
 
 
+def speedup_spread(v: Verdict) -> float | None:
+    """The spread of the trials behind a speedup of means (the standard protocol's, which has no
+    interval): the candidate's and the primary baseline's std/mean, combined as sqrt(a^2 + b^2), a
+    share of the speedup. How far one trial's ratio strays, not an interval of the mean. None where
+    the speedup has an interval or a side is missing."""
+    name = primary_baseline(v)
+    if v.timing is None or name is None or v.timing.statistic != "mean_ms" or v.timing.speedup_ci.get(name):
+        return None
+    cand, base = v.timing.candidate, v.timing.baselines.get(name)
+    if base is None or cand.mean_ms <= 0 or base.mean_ms <= 0:
+        return None
+    return math.hypot(cand.std_ms / cand.mean_ms, base.std_ms / base.mean_ms)
+
+
+def timed_std_ms(v: Verdict) -> tuple[float | None, float | None]:
+    """(candidate, primary baseline) standard deviation of the timed calls, ms."""
+    if v.timing is None:
+        return None, None
+    name = primary_baseline(v)
+    base = v.timing.baselines.get(name) if name else None
+    return v.timing.candidate.std_ms, base.std_ms if base is not None else None
+
+
 def timed_ms(v: Verdict) -> tuple[float | None, float | None]:
     """(candidate, primary baseline) time in ms, by the statistic the speedup uses."""
     if v.timing is None:

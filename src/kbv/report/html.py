@@ -17,7 +17,14 @@ from importlib import resources
 
 from kbv.metrics import FAST_P, Metrics
 from kbv.report.details import evidence_panel
-from kbv.report.figures import device_peak_ratio, memory_ratio, peak_ratio, speedup_interval
+from kbv.report.figures import (
+    device_peak_ratio,
+    memory_ratio,
+    peak_ratio,
+    primary_baseline,
+    speedup_interval,
+    speedup_spread,
+)
 from kbv.report.format import categories_and_message, format_interval, format_pct, format_ratio, format_speedup
 from kbv.report.leaderboard import LeaderboardRow, leaderboard
 from kbv.report.markup import Markup, element, table, text
@@ -157,7 +164,7 @@ def _pair_rows(v: Verdict, run: str, source: str | None, anchor: str) -> Markup:
         element("td", text(", ".join(cats)), data_sort=",".join(cats), title=categories_and_message(
             v.categories, v.message) or None),
         element("td", text(f"{format_speedup(v.speedup)} {format_interval(ci)}".strip() or "-"),
-                data_sort="" if v.speedup is None else v.speedup),
+                data_sort="" if v.speedup is None else v.speedup, title=_spread_title(v)),
         element("td", text(format_ratio(ratio)), data_sort="" if ratio is None else ratio, title=memory_title),
         element("td", text(f"{v.wall_s:.1f}"), data_sort=v.wall_s),
     ]
@@ -167,6 +174,16 @@ def _pair_rows(v: Verdict, run: str, source: str | None, anchor: str) -> Markup:
                                   evidence_panel(v, source, anchor), colspan=len(PAIR_COLUMNS)),
                     class_="evidence", id=f"{anchor}-evidence", hidden=True)
     return element("tbody", row, panel, class_="verdict")
+
+
+def _spread_title(v: Verdict) -> str | None:
+    """A speedup of means (standard) with the spread of its trials: each side's mean ± std."""
+    spread = speedup_spread(v) if v.speedup is not None else None
+    if spread is None or v.timing is None:
+        return None
+    cand, base = v.timing.candidate, v.timing.baselines[primary_baseline(v) or ""]
+    return (f"mean ± std of the trials: candidate {cand.mean_ms:.4g} ± {cand.std_ms:.2g} ms, baseline "
+            f"{base.mean_ms:.4g} ± {base.std_ms:.2g} ms; the trials spread ±{100 * spread:.0f}%")
 
 
 def _sortable(headers: Sequence[str], bodies: Sequence[Markup], table_id: str) -> Markup:

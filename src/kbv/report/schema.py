@@ -19,6 +19,7 @@ from kbv.report.figures import (
     primary_baseline,
     speedup_interval,
     timed_ms,
+    timed_std_ms,
 )
 from kbv.verdict import Verdict, hack_categories
 
@@ -54,6 +55,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("baseline", "string", "the primary baseline's name (eager, eager-tf32, ...)"),
     Column("candidate_ms", "float", "candidate time in ms, by the timing statistic"),
     Column("baseline_ms", "float", "primary baseline time in ms, by the timing statistic"),
+    Column("candidate_std_ms", "float", "standard deviation of the candidate's timed calls, ms"),
+    Column("baseline_std_ms", "float", "standard deviation of the primary baseline's timed calls, ms"),
     Column("timing_method", "string", "how it was timed"),
     Column("timing_statistic", "string", "mean_ms or median_ms"),
     Column("peak_bytes", "int", "candidate's peak memory of one forward, bytes above the level before"),
@@ -78,6 +81,7 @@ def verdict_row(v: Verdict, run: str) -> dict[str, Any]:
     """The flat row of one verdict; keys are exactly `COLUMN_NAMES`."""
     ci = speedup_interval(v)
     cand_ms, base_ms = timed_ms(v)
+    cand_std, base_std = timed_std_ms(v)
     data = v.to_dict()
     row = {
         "run": run, "problem": v.problem, "problem_hash": v.problem_hash, "level": v.level,
@@ -87,6 +91,7 @@ def verdict_row(v: Verdict, run: str) -> dict[str, Any]:
         "hack_categories": _joined(c.value for c in hack_categories(v.categories)), "message": v.message,
         "speedup": v.speedup, "speedup_ci_low": ci[0] if ci else None, "speedup_ci_high": ci[1] if ci else None,
         "baseline": primary_baseline(v), "candidate_ms": cand_ms, "baseline_ms": base_ms,
+        "candidate_std_ms": cand_std, "baseline_std_ms": base_std,
         "timing_method": v.timing.method if v.timing else None,
         "timing_statistic": v.timing.statistic if v.timing else None,
         "peak_bytes": v.memory.peak_bytes if v.memory else None,

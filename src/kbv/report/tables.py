@@ -18,9 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from kbv.metrics import Metrics
+from kbv.report.figures import speedup_spread
 from kbv.report.format import categories_and_message, format_pct, format_speedup
 from kbv.report.leaderboard import LeaderboardRow
-from kbv.verdict import ProblemFailure, Status, Verdict
+from kbv.verdict import Category, ProblemFailure, Status, Verdict
 
 _STYLE = {Status.CORRECT: "green", Status.VERIFIED: "green", Status.SKIPPED: "dim",
           Status.HACK: "bold red", Status.INTEGRITY_VIOLATION: "red", Status.INCORRECT: "yellow"}
@@ -127,7 +128,7 @@ class VerdictTable:
             for p in self.protocols:
                 v = by_protocol.get(p)
                 cells += ["-", ""] if v is None else [Text(v.status.value, style=_STYLE.get(v.status, "red")),
-                                                      format_speedup(v.speedup)]
+                                                      _speedup(v)]
             if with_why:
                 cells.append(Text(self._why(by_protocol)))
             table.add_row(*cells)
@@ -146,11 +147,19 @@ class VerdictTable:
         return "; ".join(notes)
 
 
+def _speedup(v: Verdict) -> str:
+    """The speedup; one of means (standard) with its trials' spread beside it: `1.52x ±3%`."""
+    spread = speedup_spread(v) if v.speedup is not None else None
+    return format_speedup(v.speedup) + (f" ±{100 * spread:.0f}%" if spread is not None else "")
+
+
 def _caveats(v: Verdict) -> str:
-    """What qualifies a passing verdict: its problem's flags, a speed charged at the wall clock."""
+    """What qualifies a passing verdict: its problem's flags, a speed charged at the wall clock, a
+    timing that is a draw (the standard timer's `unstable_timing` note)."""
     said = [f"unsound problem ({'; '.join(v.flags)})"] if v.flags else []
     if v.timing is not None:
         said += [n.split(":")[0] for n in v.timing.notes if n.startswith("charged the wall time")]
+        said += [n for n in v.timing.notes if n.startswith(Category.UNSTABLE_TIMING.value)]
     return "; ".join(said)
 
 

@@ -48,6 +48,22 @@ class Mark:
     launches: int
 
 
+def raw_peak(events: list[tuple[int, int]], allocator_segments: set[int]) -> int:
+    """The highest level, over `events` (a `recorded()` list), of the allocations that are none of
+    `allocator_segments` (PyTorch's segments, by address)."""
+    level = peak = 0
+    live: dict[int, int] = {}
+    for key, nbytes in events:
+        if nbytes > 0:
+            if key not in allocator_segments:
+                live[key] = nbytes
+                level += nbytes
+                peak = max(peak, level)
+        elif key in live:
+            level -= live.pop(key)
+    return peak
+
+
 def find_cupti() -> str | None:
     """libcupti next to this process's CUDA libraries (the wheels torch depends on), or the system's."""
     import torch
@@ -129,17 +145,12 @@ class DeviceWatch:
         `allocator_segments` (PyTorch's segments, by address): raw `cudaMalloc`/`cuMemAlloc`/VMM
         memory, whether freed before now or not. PyTorch's own memory is left out, so that its
         cache (which differs between processes) does not count for or against anyone."""
-        level = peak = 0
-        live: dict[int, int] = {}
-        for key, nbytes in list(self._events or ()):
-            if nbytes > 0:
-                if key not in allocator_segments:
-                    live[key] = nbytes
-                    level += nbytes
-                    peak = max(peak, level)
-            elif key in live:
-                level -= live.pop(key)
-        return peak
+        return raw_peak(self.recorded(), allocator_segments)
+
+    def recorded(self) -> list[tuple[int, int]]:
+        """The allocations and frees since a recording `mark`, as (pointer or handle, +/- bytes): kept
+        for `raw_peak` once the segments PyTorch made meanwhile can be listed."""
+        return list(self._events or ())
 
     def _grow(self, key: int, nbytes: int) -> None:
         self._live[key] = nbytes

@@ -44,10 +44,13 @@ def _kineto_profile() -> Any:
 
 
 def _device_kernels(prof: Any) -> list[dict[str, Any]]:
-    """Device kernels of a profile, from whichever form this PyTorch gives them in."""
+    """Device kernels of a profile, from whichever form this PyTorch gives them in: events of their
+    own, or (older) hung off the CPU events that launched them. Where both are there (PyTorch 2 hangs
+    a copy of each kernel an op launched off the op), the kernel's own event alone is counted."""
     import torch
 
     kernels: list[dict[str, Any]] = []
+    hung: list[dict[str, Any]] = []
     try:
         for ev in prof.function_events:
             if getattr(ev, "device_type", None) == torch.autograd.DeviceType.CUDA:
@@ -55,8 +58,9 @@ def _device_kernels(prof: Any) -> list[dict[str, Any]]:
                 if us is None:
                     us = getattr(ev, "cuda_time", 0.0)
                 kernels.append({"name": ev.name, "us": float(us or 0.0)})
-            for k in getattr(ev, "kernels", []) or []:  # older form: kernels hang off CPU events
-                kernels.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
+            for k in getattr(ev, "kernels", []) or []:
+                hung.append({"name": k.name, "us": float(getattr(k, "duration", 0.0))})
+        kernels = kernels or hung
     except Exception as exc:  # attribution then falls back to launch counts
         kernels.append({"name": f"<profiler failed: {type(exc).__name__}: {exc}>", "us": 0.0, "error": True})
     return kernels

@@ -1,10 +1,22 @@
 """Timers. They run inside a sandbox child (candidate or baseline alike), on primitives bound
 before any candidate code is imported.
 
-`time_kernelbench` is KernelBench's `cuda_event` timer: a few warm-up calls (synchronised each), then
-for every trial a fresh event pair around one call, with an L2 flush (a 256 MiB fill) just before the
-start event and a device synchronise after the end event; the first trial is discarded. On CPU the
-same loop runs on a host clock (no flush).
+`time_kernelbench` is KernelBench's timer (`kernelbench.timing`), by the method its config names:
+- `cuda_event` (KernelBench's default): a few warm-up calls (synchronised each), then for every trial
+  a fresh event pair around one call, with an L2 flush (a 256 MiB fill) just before the start event,
+  no synchronise between the two, and a device synchronise after the end event; the first trial is
+  discarded;
+- `host_time`: the same loop on the host's clock, from just after the flush is launched to the return
+  of the device synchronise after the call (so the flush's remaining device time is inside it);
+- `do_bench`: Triton's `do_bench` as KernelBench calls it (25 ms warm-up, 100 ms of repetitions, every
+  time returned): one call, an estimate from five flushed calls in one event pair, warm-up and
+  repetition counts from it, then per repetition a flush (a 256 MiB zero) and an event pair around
+  the call, with one synchronise after the last.
+Beside the samples it reports the host's time of each timed call's Python part (the wall time from
+just before the call to its return, before any synchronise) and the flush's own device time, from a
+few flushes alone on an idle device: where the two are comparable, how much of the call's host path
+hides under the flush is a race (`kbv.protocols.standard` marks it). On CPU the same loops run on a
+host clock, without a flush.
 """
 
 from __future__ import annotations
@@ -18,6 +30,13 @@ from typing import Any
 import torch
 
 KERNELBENCH_FLUSH_BYTES = 256 << 20
+STANDARD_TIMINGS = ("cuda_event", "do_bench", "host_time")  # KernelBench's methods a child can run
+DO_BENCH_WARMUP_MS, DO_BENCH_REP_MS = 25.0, 100.0  # Triton's defaults, which KernelBench keeps
+# do_bench's repetitions at most. Triton has none: its estimate includes the flush, so on a GPU the
+# count stays near 100 ms / flush time (~1,500 on an H200), but a microsecond call on a CPU would
+# otherwise send 10^5 samples back
+DO_BENCH_MAX_REPEATS = 10_000
+FLUSH_PROBES = 10  # flushes timed alone, for the flush's device time
 
 
 class Clock:
@@ -79,51 +98,156 @@ def _bind_l2() -> Any:
 
 @dataclass(frozen=True)
 class StandardTimerConfig:
-    """KernelBench's timing parameters (scripts' values)."""
+    """KernelBench's timing parameters (scripts' values) and method (one of STANDARD_TIMINGS)."""
 
     warmup: int = 3
     trials: int = 100
     discard_first: int = 1
     flush_bytes: int = KERNELBENCH_FLUSH_BYTES
+    method: str = "cuda_event"
+
+
+@dataclass(frozen=True)
+class StandardSamples:
+    """What KernelBench's timer measured: the samples its method reports (ms), the host's time of each
+    timed call's Python part (ms), and the flush's own device time (median ms; None on a CPU)."""
+
+    samples_ms: list[float]
+    host_ms: list[float]
+    flush_ms: float | None = None
 
 
 def time_kernelbench(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
-                     config: StandardTimerConfig) -> list[float]:
-    """Per-call times in ms, KernelBench-style (see module docstring)."""
+                     config: StandardTimerConfig) -> StandardSamples:
+    """Per-call times in ms by KernelBench's `config.method` (see module docstring). Raises
+    ValueError for a method it does not know."""
+    if config.method not in STANDARD_TIMINGS:
+        raise ValueError(f"unknown standard timing method {config.method!r}; expected {STANDARD_TIMINGS}")
+    if config.method == "do_bench":
+        return _time_do_bench(clock, fn, args, config)
     for _ in range(config.warmup):
         fn(*args)
         clock.sync()
-    if clock.cuda:
-        return _time_cuda_events(clock, fn, args, config)
-    return _time_host(clock, fn, args, config)
-
-
-def _time_cuda_events(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
-                      config: StandardTimerConfig) -> list[float]:
+    if not clock.cuda:
+        return _time_host(clock, fn, args, config)
     torch.cuda.empty_cache()
     flush = torch.empty(config.flush_bytes // 8, dtype=torch.int64, device=clock.device)
-    samples = []
-    for _ in range(config.trials + config.discard_first):
+    loop = _time_cuda_events if config.method == "cuda_event" else _time_host_synchronised
+    samples, host = loop(clock, fn, args, config.trials + config.discard_first, flush)
+    flush_ms = _flush_ms(clock, lambda: flush.fill_(42))
+    del flush
+    return StandardSamples(samples[config.discard_first:], host[config.discard_first:], flush_ms)
+
+
+def _time_cuda_events(clock: Clock, fn: Callable[..., Any], args: Sequence[Any], n: int,
+                      flush: torch.Tensor) -> tuple[list[float], list[float]]:
+    samples, host = [], []
+    for _ in range(n):
         clock.synchronize()
         start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
         flush.fill_(42)
-        clock.record(start)
+        clock.record(start)  # no synchronise after the flush: the call's host path runs beside it
+        t0 = clock.perf_counter()
         fn(*args)
+        t1 = clock.perf_counter()
         clock.record(end)
         clock.synchronize()
         samples.append(float(clock.elapsed_time(start, end)))
-    del flush
-    return samples[config.discard_first:]
+        host.append((t1 - t0) * 1e3)
+    return samples, host
+
+
+def _time_host_synchronised(clock: Clock, fn: Callable[..., Any], args: Sequence[Any], n: int,
+                            flush: torch.Tensor) -> tuple[list[float], list[float]]:
+    """KernelBench's `host_time`: the flush is launched, then the host's clock runs from just before
+    the call to the return of the device synchronise after it."""
+    samples, host = [], []
+    for _ in range(n):
+        clock.synchronize()
+        flush.fill_(42)
+        t0 = clock.perf_counter()
+        fn(*args)
+        t1 = clock.perf_counter()
+        clock.synchronize()
+        t2 = clock.perf_counter()
+        samples.append((t2 - t0) * 1e3)
+        host.append((t1 - t0) * 1e3)
+    return samples, host
+
+
+def _time_do_bench(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
+                   config: StandardTimerConfig) -> StandardSamples:
+    """Triton's `do_bench(fn, warmup=25, rep=100, return_mode="all")`, on this clock's primitives."""
+    fn(*args)
+    clock.sync()
+    cache = torch.empty(config.flush_bytes // 4, dtype=torch.int32, device=clock.device) if clock.cuda else None
+    estimate_ms = _do_bench_estimate(clock, fn, args, cache)
+    # Triton divides without a guard; a call too quick to measure gets its cudagraph variant's 1000
+    n_warmup = max(1, int(DO_BENCH_WARMUP_MS / estimate_ms)) if estimate_ms > 0 else 1000
+    n_repeat = max(1, int(DO_BENCH_REP_MS / estimate_ms)) if estimate_ms > 0 else 1000
+    n_repeat = min(n_repeat, DO_BENCH_MAX_REPEATS)
+    for _ in range(n_warmup):  # no flush, no synchronise
+        fn(*args)
+    if cache is None:
+        return _time_host(clock, fn, args, StandardTimerConfig(trials=n_repeat, discard_first=0))
+    starts = [clock.Event(enable_timing=True) for _ in range(n_repeat)]
+    ends = [clock.Event(enable_timing=True) for _ in range(n_repeat)]
+    host = []
+    for start, end in zip(starts, ends):
+        cache.zero_()
+        clock.record(start)
+        t0 = clock.perf_counter()
+        fn(*args)
+        t1 = clock.perf_counter()
+        clock.record(end)
+        host.append((t1 - t0) * 1e3)
+    clock.synchronize()  # once, after the last repetition
+    samples = [float(clock.elapsed_time(s, e)) for s, e in zip(starts, ends)]
+    flush_ms = _flush_ms(clock, cache.zero_)
+    del cache
+    return StandardSamples(samples, host, flush_ms)
+
+
+def _do_bench_estimate(clock: Clock, fn: Callable[..., Any], args: Sequence[Any], cache: torch.Tensor | None) -> float:
+    """do_bench's estimate of one call (ms): five calls, each after a flush, in one window."""
+    if cache is None:
+        t0 = clock.perf_counter()
+        for _ in range(5):
+            fn(*args)
+        return (clock.perf_counter() - t0) * 1e3 / 5
+    start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
+    clock.record(start)
+    for _ in range(5):
+        cache.zero_()
+        fn(*args)
+    clock.record(end)
+    clock.synchronize()
+    return float(clock.elapsed_time(start, end)) / 5
 
 
 def _time_host(clock: Clock, fn: Callable[..., Any], args: Sequence[Any],
-               config: StandardTimerConfig) -> list[float]:
+               config: StandardTimerConfig) -> StandardSamples:
     samples = []
     for _ in range(config.trials + config.discard_first):
         t0 = clock.perf_counter()
         fn(*args)
         samples.append((clock.perf_counter() - t0) * 1e3)
-    return samples[config.discard_first:]
+    kept = samples[config.discard_first:]
+    return StandardSamples(kept, list(kept))  # on a CPU the call is all host
+
+
+def _flush_ms(clock: Clock, flush: Callable[[], Any], repeats: int = FLUSH_PROBES) -> float:
+    """The flush's device time (median ms): each flush alone between two events on an idle device."""
+    times = []
+    for _ in range(repeats):
+        clock.synchronize()
+        start, end = clock.Event(enable_timing=True), clock.Event(enable_timing=True)
+        clock.record(start)
+        flush()
+        clock.record(end)
+        clock.synchronize()
+        times.append(float(clock.elapsed_time(start, end)))
+    return statistics.median(times)
 
 
 # -- the verified protocol's timer (child side) -------------------------------------------------

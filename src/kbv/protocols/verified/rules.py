@@ -16,6 +16,7 @@ PROTOCOL_VERSION = "kbv-verified-1.3"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
+POISON_MAGNITUDE = 1e30  # beyond this (or NaN, infinite) where the truth is not and two runs differ: poison shows
 PRECISION_LOSS_BELOW = 1e-2  # a failing normwise error under this is precision lost, not a wrong function
 REUSE_FRACTIONS = (0.001, 0.01, 0.1)  # of the elements rewritten in place by each reuse probe
 LATE_INPUT_CYCLES = 50_000_000  # ~25 ms of GPU spin before late-written inputs arrive

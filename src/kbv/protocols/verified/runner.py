@@ -7,7 +7,7 @@ Per problem (`VerifiedRunner.prepare`, once for all its candidates):
 Per candidate (`VerifiedRunner.evaluate`, in its own started child):
     2. correctness      every hidden trial, integrity, guards           (correctness.py)
     3. probes           late inputs, in-place reuse                     (correctness.py)
-    4. memory           one forward's memory, before any profiler runs  (sandbox/memory.py)
+    4. memory           from the first call on, before any profiler     (sandbox/memory.py)
     5. attribution      whose kernels ran, the ghost replay             (detect/attribution.py)
     6. timing           interleaved with the live baselines, replay probe, bounds (timer.py, detect/)
 Then `judge(records)`: the status, categories and message, as a pure function of what each stage found.
@@ -85,7 +85,7 @@ class VerifiedRunner:
     name = "verified"
 
     def __init__(self, protocol: VerifiedProtocol, timer: TimerConfig, baselines: tuple[str, ...],
-                 settings: Settings, secret: bytes) -> None:
+                 settings: Settings, secret: bytes, time_unattributed: bool = False) -> None:
         unknown = [b for b in baselines if b not in BASELINES]
         if unknown:
             raise ValueError(f"unknown baseline(s) {unknown}; expected {sorted(BASELINES)}")
@@ -95,11 +95,15 @@ class VerifiedRunner:
         self.settings = settings
         self.secret = secret
         self.copy_gbps: float | None = None  # the device's copy bandwidth, measured once by a baseline child
+        # benches only (`EvalConfig.time_unattributed`): a no_custom_kernel candidate is timed all the
+        # same, for its figures; its status stands and it gets no speedup
+        self.time_unattributed = time_unattributed
 
     def fingerprint(self) -> str:
         """The protocol's rules, its timer and its baselines: what a stored verdict must match to be reused."""
         extra = f"{self.timer}{self.baseline_names}"
-        return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8]
+        bench = "+time-unattributed" if self.time_unattributed else ""  # never resumed into a plain run
+        return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8] + bench
 
     # -- 1. prepare ------------------------------------------------------------------------------
     def prepare(self, pair: Pair) -> PreparedProblem | UnsoundProblem:
@@ -160,7 +164,8 @@ class VerifiedRunner:
         base = replace(self.blank(pair), flags=prepared.flags, findings=tuple(scan_source(pair.candidate.code)),
                        evidence={"calibration": prepared.calibration.variants,
                                  "calibration_notes": prepared.calibration.notes,
-                                 "problem_notes": list(prepared.screen_notes)})
+                                 "problem_notes": list(prepared.screen_notes),
+                                 **({"time_unattributed": True} if self.time_unattributed else {})})
         records = Records()
         if build.status is not None:
             records.build = build
@@ -202,7 +207,8 @@ class VerifiedRunner:
             records.memory = memory_stats(sb.call({"op": "memory"}, time_left(deadline)))
         with stage("attribution"):
             records.attribution = self._attribute(sb, prepared, pair, deadline)
-        if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None:
+        if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None \
+                and not self.time_unattributed:
             return
         with stage("timing"):
             records.speed = self._time(sb, prepared, deadline)
@@ -315,9 +321,14 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
         ev["attribution"] = _attribution_evidence(a)
         lacking = missing_custom_work(a, protocol.min_custom_share)
         if lacking is not None:
+            timed: dict[str, Any] = {}
+            if records.speed is not None:  # `time_unattributed` (a bench's setting): the figures, never a speedup
+                t = _timing(records.speed, prepared, settings)
+                timed["timing"] = replace(t, notes=t.notes + (
+                    "timed though no custom kernel counts (time_unattributed, a bench setting): no speedup",))
             return {"status": Status.NO_CUSTOM_KERNEL, "categories": (lacking[0],), "trials": trials,
                     "message": lacking[1], "memory": records.memory, "baseline_memory": prepared.baseline_memory,
-                    "evidence": ev}
+                    "evidence": ev, **timed}
     speed = records.speed
     assert speed is not None
     found = list(speed.findings) + [f for f in records.findings if f]

@@ -1,0 +1,69 @@
+"""bench/repeat.py on a CPU: the same identity pair twice, each run its own process and run directory,
+under both protocols; every speedup, max/min and whether each run's interval covers the other's, in
+the JSON and the table; a rerun finds every (pair, run) measured and runs nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "bench" / "repeat.py"
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_an_identity_candidate_is_the_problems_model_renamed() -> None:
+    spec = importlib.util.spec_from_file_location("repeat_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        del sys.modules[spec.name]
+    code = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\nModels = 1\n"
+    renamed = bench.identity_source(code, "L1/2_ReLU")
+    assert "class ModelNew(nn.Module)" in renamed and "super(ModelNew, self)" in renamed
+    assert "Models = 1" in renamed and "class Model(" not in renamed
+
+
+@pytest.mark.slow
+def test_two_runs_of_an_identity_pair_under_both_protocols_then_a_rerun_that_skips_them(tmp_path: Path) -> None:
+    args = ("--device", "cpu", "--runs", "2", "--cases", "tiny", "--timer-budget", "0.5",
+            "--work", str(tmp_path / "work"), "--out", str(tmp_path / "repeat.json"))
+    done = _bench(*args)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads((tmp_path / "repeat.json").read_text())
+    assert [(r["run"], r["cache"]) for r in data["runs"]] == [(0, "cold"), (1, "warm")]
+    got = {(r["protocol"], r["run"]): r for r in data["results"]}
+    assert set(got) == {(p, i) for p in ("standard", "verified") for i in (0, 1)}
+    for i in (0, 1):
+        std, ver = got[("standard", i)], got[("verified", i)]
+        assert std["status"] == "correct" and std["speedup"] > 0 and std["provenance_timing"] == "cuda_event"
+        assert std["interval"][0] <= std["speedup"] <= std["interval"][1]  # a ratio of means, normal interval
+        # timed though attribution stops it (time_unattributed): its status stands, its figures are there
+        assert ver["status"] == "no_custom_kernel" and ver["speedup"] > 0 and ver["interval"] is not None
+        assert any("time_unattributed" in n for n in ver["notes"])
+    rows = {r["protocol"]: r for r in data["summary"]}
+    for row in rows.values():
+        assert row["problem"] == "L1/2_ReLU" and row["candidate"] == "2_ReLU__identity"
+        assert len(row["speedups"]) == 2 and row["max_over_min"] >= 1.0 and len(row["covers"]) == 2
+    assert "max/min" in done.stdout and "2_ReLU__identity" in done.stdout
+
+    t0 = time.monotonic()
+    again = _bench(*args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.count("every pair already measured, skipped") == 2 and time.monotonic() - t0 < 30
+    assert json.loads((tmp_path / "repeat.json").read_text())["results"] == data["results"]
