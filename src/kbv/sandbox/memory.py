@@ -81,19 +81,19 @@ def held_since(before: Levels, after: Levels) -> int:
 
 def with_first_call(steady: MemoryStats, first: FirstCallFigures) -> MemoryStats:
     """The measured call's figures `steady`, counted from before the model's first call: retained is
-    the larger of what the measured call kept and what is held since the first call; each peak the
-    larger of the two calls' (the first's less the libraries' workspaces it made) and never less than
-    what is retained. Figures not measured (-1) stay so."""
+    the larger of what the measured call kept and what is held since the first call, and each peak is
+    the measured call's above that level (what is held since the first call, plus the measured call's
+    own peak above it). What the first call allocated and freed again (`first.peak_bytes`,
+    kept as evidence) is not a peak of the kernel's: one-time work such as Triton's autotuner, which
+    benchmarks its configurations over a 256 MB cache-clearing buffer on the first call, would make
+    every autotuned kernel "raise peak memory" on a small problem. Figures not measured (-1) stay so."""
     if steady.peak_bytes < 0 or steady.retained_bytes < 0:
         return steady
     retained = max(steady.retained_bytes, first.held_bytes)
-    first_peak = None if first.peak_bytes is None else max(first.peak_bytes - first.library_bytes, 0)
-    peak = max(steady.peak_bytes, first_peak or 0, retained)
+    peak = max(steady.peak_bytes + first.held_bytes, retained)
     device_peak = steady.device_peak_bytes
     if device_peak is not None:
-        first_device = (first_peak + first.raw_peak_bytes
-                        if first_peak is not None and first.raw_peak_bytes is not None else 0)
-        device_peak = max(device_peak, first_device, peak)
+        device_peak = max(device_peak + first.held_bytes, peak)
     return replace(steady, peak_bytes=peak, retained_bytes=retained, device_peak_bytes=device_peak)
 
 
