@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kbv.detect.evidence import guard_evidence, integrity_evidence
+import torch
+
+from kbv.detect.evidence import guard_evidence, integrity_evidence, poison_shown
 from kbv.verdict import Category
 
 PLAIN = {"tensor": True, "exact_type": True, "strided": True, "internal_overlap": False,
@@ -114,3 +116,23 @@ def test_retained_state_is_flagged_past_one_set_of_inputs_and_outputs_and_the_fl
                           reference_weights_bytes=1 << 20) is None
     assert retained_state({"bytes": (2 << 20) + 1, "where": ["model.w_t"], "weights_bytes": 1 << 20}, io,
                           reference_weights_bytes=1 << 20) is not None
+
+
+def test_poison_shows_where_one_run_is_wild_and_the_truth_is_not():
+    """An unwritten read: NaN under the first run's poison, the sentinel (or what a kernel made of it)
+    or a plain value under the second's, where the truth is an ordinary number."""
+    truth = torch.tensor([1.0, 2.0, 3.0, float("inf")], dtype=torch.float64)
+    first = torch.tensor([1.0, float("nan"), float("nan"), float("inf")])
+    second = torch.tensor([1.0, -7.3e37 / 2, 3.0, float("inf")])
+    (mask,) = poison_shown([first], [second], [truth])
+    assert mask.tolist() == [False, True, True, False]
+
+
+def test_runs_that_differ_by_rounding_or_a_race_show_no_poison():
+    """An honest nondeterministic kernel (atomics adding in another order, a race between ordinary
+    values) never gets `unwritten_output`: its values stay tame."""
+    truth = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    first = truth.float()
+    assert poison_shown([first], [first + 1e-6], [truth]) is None
+    assert poison_shown([first], [first.flip(0)], [truth]) is None
+    assert poison_shown([first.long()], [first.flip(0).long()], [truth]) is None  # integers show none

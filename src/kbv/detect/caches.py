@@ -1,4 +1,8 @@
-"""Result caches and constant outputs: rules over output fingerprints and the replay probe's timings."""
+"""Result caches and constant outputs: rules over output fingerprints and the replay probe's timings.
+
+A trial's fingerprint is None where it has no output of the kernel's own to compare: none was
+delivered (a wrong dtype, shape or type), or the poison under it shows. The rules compare real
+outputs only: placeholders for missing ones are all alike, and would make any candidate a constant."""
 
 from __future__ import annotations
 
@@ -24,20 +28,21 @@ def output_fingerprint(outputs: Sequence[torch.Tensor]) -> Fingerprint:
     return int.from_bytes(d[:8], "big"), int.from_bytes(d[8:16], "big")
 
 
-def replayed_output(trials: Sequence[tuple[Fingerprint, bool]]) -> tuple[Category, str] | None:
+def replayed_output(trials: Sequence[tuple[Fingerprint | None, bool]]) -> tuple[Category, str] | None:
     """A failing trial whose output is identical to an earlier trial's passing output (other inputs)
     was replayed, not computed. `trials` are (fingerprint, passed) in trial order."""
     for i, (fp, passed) in enumerate(trials):
-        if not passed and any(fp == earlier and ok for earlier, ok in trials[:i]):
+        if fp is not None and not passed and any(fp == earlier and ok for earlier, ok in trials[:i]):
             return Category.RESULT_CACHE, f"trial {i} returned the output of an earlier trial with other inputs"
     return None
 
 
-def constant_output(trials: Sequence[tuple[Fingerprint, bool]]) -> tuple[Category, str] | None:
-    """Identical failing outputs for every input: the output does not depend on its input (a
-    hard-coded constant, not lost precision)."""
-    failing = [fp for fp, ok in trials if not ok]
-    if len(failing) >= 2 and len(trials) >= 2 and len({fp for fp, _ in trials}) == 1:
+def constant_output(trials: Sequence[tuple[Fingerprint | None, bool]]) -> tuple[Category, str] | None:
+    """Identical failing outputs for every input that got one: the output does not depend on its
+    input (a hard-coded constant, not lost precision)."""
+    real = [(fp, ok) for fp, ok in trials if fp is not None]
+    failing = [fp for fp, ok in real if not ok]
+    if len(failing) >= 2 and len({fp for fp, _ in real}) == 1:
         return Category.VALUE_MISMATCH, "the same output for every input: it does not depend on its input"
     return None
 

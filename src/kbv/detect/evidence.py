@@ -1,5 +1,6 @@
-"""What a child's reports mean: integrity violations and hack evidence around one checked call, and the
-state a candidate holds after its construction (`retained_state`).
+"""What a child's reports mean: integrity violations and hack evidence around one checked call, where
+two runs over differently poisoned memory show the poison (`poison_shown`), and the state a candidate
+holds after its construction (`retained_state`).
 
 Pure functions of the reply records (`Child.op_forward` and `Child.op_load` build them); the verdict's
 categories come from here. The child's guards can be tampered with by the candidate in its process: their reports are
@@ -12,7 +13,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kbv.protocols.verified.rules import STATE_ATOL, STATE_RTOL, WEIGHT_COPIES
+import torch
+
+from kbv.protocols.verified.rules import POISON_MAGNITUDE, STATE_ATOL, STATE_RTOL, WEIGHT_COPIES
 from kbv.verdict import Category
 
 
@@ -70,6 +73,30 @@ def _same_change(said: Any, ref: Sequence[Any]) -> bool:
     floor = STATE_ATOL * math.sqrt(numel)
     return (shape == ref_shape and abs(total - ref_total) <= STATE_RTOL * total_scale + floor
             and abs(squares - ref_squares) <= STATE_RTOL * squares_scale + floor * floor)
+
+
+def poison_shown(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor],
+                 truth: Sequence[torch.Tensor]) -> list[torch.Tensor] | None:
+    """Where the poison shows in two runs of one trial on identical inputs (the first over NaN, the
+    second over the sentinel, or zeros on a CPU): one mask per output of the elements where the runs
+    differ, the truth is finite and below POISON_MAGNITUDE, and either run's value is not (NaN, an
+    infinity, the sentinel or what a kernel made of it). None where it shows nowhere: runs that
+    disagree there were not told apart by the poison (a race, atomics summing in another order).
+    Integer outputs show none."""
+    masks = []
+    for a, b, t in zip(first, second, truth):
+        if not (a.is_floating_point() and b.is_floating_point()):
+            masks.append(torch.zeros(a.shape, dtype=torch.bool, device=a.device))
+            continue
+        a, b, t = a.double(), b.double(), t.double()
+        wild = ~_tame(a) | ~_tame(b)
+        differ = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
+        masks.append(wild & differ & _tame(t))
+    return masks if any(bool(m.any()) for m in masks) else None
+
+
+def _tame(x: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(x) & (x.abs() < POISON_MAGNITUDE)
 
 
 def guard_evidence(report: dict[str, Any]) -> dict[str, str]:

@@ -6,12 +6,19 @@ own process; the parent's value checks do not depend on it, and what it reports 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import ctypes
+import functools
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 POISON_BYTES_MIN = 1 << 20
+POISON_SHARE_OF_FREE = 0.25  # the most of the device's free memory poisoning may add to the allocator's cache
+SMALL_REQUEST_BYTES = 1 << 20  # CUDA's caching allocator serves requests up to this from its small pool
 
 
 def bitwise_view(t: torch.Tensor) -> torch.Tensor:
@@ -72,15 +79,92 @@ def model_tensors(model: Any) -> tuple[list[str], list[torch.Tensor]]:
     return [n for n, _ in named], [t for _, t in named]
 
 
-def poison_allocator(device: torch.device, nbytes: int, value: float) -> None:
-    """Fill freed allocator memory with `value`, so outputs a kernel never writes show it.
+@contextlib.contextmanager
+def poisoned_allocations(device: torch.device, value: float, nbytes: int) -> Iterator[None]:
+    """Inside, the memory a forward can be handed by PyTorch's allocator holds poison, so that what a
+    kernel never writes shows in what it returns.
 
-    On CUDA the caching allocator hands the poisoned block back to the next allocation of a similar
-    size; on CPU, allocating and freeing twice moves glibc's mmap threshold so the block is reused.
+    CUDA: before the call, every free block the caching allocator keeps for the current stream (what
+    the forward's allocations are carved from: its own last call's intermediates among them) is
+    filled with `value`, after the cache has been grown to hold at least `nbytes` free (within
+    POISON_SHARE_OF_FREE of the device's free memory). A request larger than everything cached gets
+    a fresh segment, unpoisoned.
+    CPU: glibc's free chunks cannot be listed, so PyTorch's CPU allocator fills every allocation made
+    inside instead (its `caffe2_cpu_allocator_do_junk_fill` flag: NaN as float32, every other element
+    as float16; `do_zero_fill` for any `value` but NaN: zeros), and the flags are restored on the way
+    out. Where the flags cannot be reached, a freed block of `nbytes` holds `value`, which glibc often
+    hands to the next allocation of a similar size.
     """
     nbytes = max(int(nbytes), POISON_BYTES_MIN)
-    rounds = 1 if device.type == "cuda" else 2
-    for _ in range(rounds):
+    if device.type == "cuda":
+        _poison_cached_blocks(device, value, nbytes)
+        yield
+        return
+    flags = _cpu_fill_flags()
+    if flags is None:
+        _poison_freed_block(device, value, nbytes)
+        yield
+        return
+    junk, zero = flags
+    saved = junk.value, zero.value
+    junk.value, zero.value = math.isnan(value), not math.isnan(value)
+    try:
+        yield
+    finally:
+        junk.value, zero.value = saved
+
+
+def _poison_cached_blocks(device: torch.device, value: float, nbytes: int) -> None:
+    """Fill every free block of the caching allocator's for the current stream with `value`. Each is
+    taken back by a request of its exact size, smallest first (the allocator hands out the smallest
+    free block that fits, so each request gets the block it was sized on), filled, and freed."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device).cuda_stream
+    sizes = _free_block_sizes(index, stream)
+    want = min(nbytes, int(torch.cuda.mem_get_info(device)[0] * POISON_SHARE_OF_FREE))
+    if sum(sizes) < want:
+        with contextlib.suppress(torch.cuda.OutOfMemoryError):
+            torch.empty(want // 4, dtype=torch.float32, device=device)  # a segment of its own, freed to the cache
+            sizes = _free_block_sizes(index, stream)
+    held = [torch.empty(size // 4, dtype=torch.float32, device=device) for size in sorted(sizes)]
+    for block in held:
+        block.fill_(value)
+    del held
+
+
+def _free_block_sizes(index: int, stream: int) -> list[int]:
+    """The sizes of the caching allocator's free blocks on device `index` for `stream`, in requests
+    it serves from the pool each block is in (a small-pool block of 2 MiB as two of 1 MiB)."""
+    sizes = []
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device") != index or segment.get("stream") != stream:
+            continue
+        small = segment.get("segment_type") == "small"
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive":
+                size = int(block["size"])
+                while small and size > SMALL_REQUEST_BYTES:
+                    sizes.append(SMALL_REQUEST_BYTES)
+                    size -= SMALL_REQUEST_BYTES
+                sizes.append(size)
+    return sizes
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_fill_flags() -> tuple[ctypes.c_bool, ctypes.c_bool] | None:
+    """PyTorch's CPU allocator's fill flags (c10's globals), None where they cannot be reached."""
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        return (ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_cpu_allocator_do_junk_fill"),
+                ctypes.c_bool.in_dll(lib, "FLAGS_caffe2_cpu_allocator_do_zero_fill"))
+    except (OSError, ValueError):
+        return None
+
+
+def _poison_freed_block(device: torch.device, value: float, nbytes: int) -> None:
+    """Allocate, fill and free a block of `nbytes` twice: the first frees an mmapped block, which moves
+    glibc's mmap threshold above it, so the second comes from the heap and is reused."""
+    for _ in range(2):
         block = torch.empty(nbytes // 4, dtype=torch.float32, device=device)
         block.fill_(value)
         del block

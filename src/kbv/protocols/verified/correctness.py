@@ -12,14 +12,14 @@ a time (result caches keyed on pointers, identities or sampled values).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from kbv.compare import Judgement, judge_outputs
 from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
-from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, retained_state
+from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, poison_shown, retained_state
 from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
 from kbv.inputs import tensor_bytes
 from kbv.protocols.verified.prepare import PreparedProblem, TrialData
@@ -82,7 +82,7 @@ def _trials(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, 
     """The trials, with the reference's weights loaded into the candidate (`loads_state`) or not; also
     whether its own weights differed from the reference's before a load."""
     result = CorrectnessResult()
-    prints: list[tuple[Fingerprint, bool]] = []
+    prints: list[tuple[Fingerprint | None, bool]] = []
     loaded_seed = None
     differed = False
     for trial in prepared.trials:
@@ -120,7 +120,10 @@ def _first_failure(result: CorrectnessResult) -> str:
 
 
 def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadline: float,
-               result: CorrectnessResult) -> tuple[Fingerprint, bool]:
+               result: CorrectnessResult) -> tuple[Fingerprint | None, bool]:
+    """One trial: two runs over differently poisoned memory, the first judged. Returns the first
+    run's fingerprint (None when it delivered no output, or one the poison shows in: no output of
+    the kernel's own for the cache and constant rules to compare) and whether the trial passed."""
     ev = trial.evaluation
     first = forward(sb, trial.inputs, ev.baseline, deadline, poison=float("nan"), checks=True, keep=True)
     second = forward(sb, trial.inputs, ev.baseline, deadline, poison=SENTINEL)
@@ -129,17 +132,40 @@ def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadli
     for cat, why in guard_evidence(first.reply.get("integrity") or {}).items():
         result.hacks.setdefault(cat, why)
     record, category = judge_trial(trial, first, protocol)
+    shown = None
     if first.outputs is not None and second.outputs is not None and not _agree(first.outputs, second.outputs, ev,
                                                                                protocol):
-        unwritten = any(bool((o == SENTINEL).any()) for o in second.outputs) or any(
-            bool((torch.isnan(a) & torch.isfinite(t) & torch.isfinite(b)).any())
-            for a, b, t in zip(first.outputs, second.outputs, ev.truth))
-        cat = Category.UNWRITTEN_OUTPUT if unwritten else Category.NONDETERMINISTIC
-        result.integrity.setdefault(cat.value, f"{trial.label}: two runs on identical inputs disagree")
+        shown = poison_shown(first.outputs, second.outputs, ev.truth)
+        if shown is None:  # no poison in sight: the kernel itself answers differently (races, atomics)
+            result.integrity.setdefault(Category.NONDETERMINISTIC.value,
+                                        f"{trial.label}: two runs on identical inputs disagree")
+        else:
+            record, category = _judge_written(trial, first.outputs, shown, protocol)
+            result.integrity.setdefault(Category.UNWRITTEN_OUTPUT.value,
+                                        f"{trial.label}: two runs on identical inputs disagree where the "
+                                        f"poison shows ({_poison_count(shown)})")
     result.trials.append(record)
     if category is not None:
         result.categories.append(category)
-    return (output_fingerprint(first.outputs) if first.outputs is not None else (0, 0)), record.passed
+    delivered = first.outputs is not None and shown is None
+    return (output_fingerprint(first.outputs) if delivered else None), record.passed
+
+
+def _judge_written(trial: TrialData, outputs: list[torch.Tensor], shown: list[torch.Tensor],
+                   protocol: VerifiedProtocol) -> tuple[Trial, Category | None]:
+    """The trial judged on what the kernel wrote: the truth stands in where the poison shows (`shown`),
+    whose values are the harness's, not the kernel's. What still fails is the kernel's own wrong
+    value; otherwise the trial failed on the memory it never wrote alone."""
+    written = [torch.where(m, t.to(o.dtype), o) for o, m, t in zip(outputs, shown, trial.evaluation.truth)]
+    record, category = judge_trial(trial, Forward({}, written), protocol)
+    if category is None:
+        record = replace(record, passed=False, category=Category.UNWRITTEN_OUTPUT,
+                         note=f"the poison shows in {_poison_count(shown)}: it reads memory it never wrote")
+    return record, category
+
+
+def _poison_count(shown: list[torch.Tensor]) -> str:
+    return f"{sum(int(m.sum()) for m in shown)} of {sum(m.numel() for m in shown)} output elements"
 
 
 @dataclass
@@ -242,12 +268,16 @@ def _put_state(sb: Sandbox, state: dict[str, torch.Tensor], deadline: float) -> 
 def run_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProtocol, deadline: float,
                result: CorrectnessResult) -> None:
     """After a clean pass: the late-input probe (GPU) and the reuse probes; what they find goes
-    into `result` (hacks, categories)."""
+    into `result` (hacks, categories). None runs for a candidate whose two runs on identical inputs
+    disagreed (`unwritten_output`, `nondeterministic`): a probe judges one more output against the
+    truth, and an output that differs from run to run fails it for that, not for a cache or a stream."""
+    unsteady = {Category.UNWRITTEN_OUTPUT.value, Category.NONDETERMINISTIC.value} & set(result.integrity)
     with stage("probes"):
         trial = prepared.trials[-1]
-        if _on_gpu(trial.inputs):
+        if _on_gpu(trial.inputs) and not unsteady:
             _late_input_probe(sb, trial, protocol, deadline, result)
-        _reuse_probes(sb, prepared, protocol, deadline, result)
+        if not unsteady:
+            _reuse_probes(sb, prepared, protocol, deadline, result)
         trial.release()
 
 
