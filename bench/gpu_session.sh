@@ -10,7 +10,8 @@
 # `ray-site` unpacks .dev/raysite.tar.xz (ray and its missing dependencies, as a site directory)
 # onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
-# KB_RESUME an earlier KernelBench screen whose finished problems are kept. `pairs` runs throughput's
+# KB_RESUME an earlier KernelBench screen whose finished problems are kept. AUDIT_FILES picks a slice of the
+# CUDA-L1 audit (LEVEL/FILE globs). `pairs` runs throughput's
 # full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
 # `bwrap-site` unpacks .dev/bubblewrap_*.deb (fetch it on a machine with Debian's packages:
 # `apt-get download bubblewrap` into .dev/, which git ignores; carry .dev) with `dpkg -x` and puts its
@@ -127,7 +128,13 @@ for s in "$@"; do
     warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
     audit) mkdir -p "$OUT/audit" /tmp/audit/cands /tmp/kbv-audit-run  # the run stays on the box between calls
       [ -f .dev/audit/kbv.sqlite ] && [ ! -f /tmp/kbv-audit-run/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* /tmp/kbv-audit-run/
-      for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+      if [ -n "${AUDIT_FILES:-}" ]; then  # a slice: LEVEL/FILE globs under the corpus's candidates
+        for f in $AUDIT_FILES; do for g in .dev/cuda_l1/candidates/$f; do
+          mkdir -p "/tmp/audit/cands/$(dirname "${g#.dev/cuda_l1/candidates/}")" && cp -n "$g" "/tmp/audit/cands/${g#.dev/cuda_l1/candidates/}"
+        done; done
+      else
+        for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+      fi
       step audit "${AUDIT_LIMIT:-300}" $KBV eval /tmp/audit/cands --problems .dev/cuda_l1/problems --protocol both \
         --device cuda --run /tmp/kbv-audit-run --timer-budget "${AUDIT_BUDGET:-3}"
       $KBV report /tmp/kbv-audit-run --format json > "$OUT/audit.json" 2>/dev/null
