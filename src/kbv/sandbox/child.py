@@ -12,18 +12,20 @@ never parsed.
 Commands (dicts with an "op"):
     ping                        -> the child is up (torch imported, no device yet)
     hello                       -> versions and device
-    build   path                -> import the candidate once (compiles its extensions), nothing else
+    build   path                -> import the candidate once (compiles its extensions and records
+                                   each build or failure for the evaluation children: `jit_cache`)
     load    source, ...         -> import and construct the model (candidate or reference)
     forward inputs, outputs     -> run once, copy the outputs into the parent's buffers
-    time    inputs, config      -> KernelBench's timer: per-call times (ms)
+    time    inputs, config      -> KernelBench's timer: per-call times, host times (ms), the flush's time
     pool / warmup / time_block  -> the verified timer: input pool, warm-up by time, timed blocks
-    memory                      -> memory figures of one forward
+    memory                      -> memory figures, counted from before the model's first call
     exit
 Errors come back as {"error": {"kind": compile|runtime|cuda, "type", "message", "traceback"}}.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -34,6 +36,7 @@ from typing import Any
 
 _TRACEBACK_CHARS = 8000
 _WATCH_ENDS = ("attribution", "warmup", "time", "time_block", "replay", "bandwidth")
+_CALLS_MODEL = ("forward", "time", "warmup", "time_block", "replay", "attribution", "memory")
 
 
 class _CompileFailure(Exception):
@@ -66,6 +69,7 @@ class Child:
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
         self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
+        self.first_call: Any = None  # memory before the model's first call (kbv.sandbox.memory.FirstCall)
         self.source = ""  # "candidate" or "reference", from the first load
         if self.device.type == "cuda":
             from kbv.sandbox.devicewatch import DeviceWatch
@@ -75,6 +79,10 @@ class Child:
             if self.watch is not None:
                 self.watch.start()
         self.reserved_at_start = torch.cuda.memory_reserved(self.device) if self.device.type == "cuda" else 0
+        from kbv.sandbox.jit_cache import install as install_jit_cache
+
+        # what the candidate builds at import: built once by its build child, found here (no compiler)
+        install_jit_cache(os.environ.get("TORCH_EXTENSIONS_DIR"))  # before any candidate import
         from kbv.sandbox.guards import Guards
 
         allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
@@ -131,6 +139,10 @@ class Child:
         exports, self.exports = self.exports, []
         for m in exports:
             m.release()
+        if self.first_call is None and op in _CALLS_MODEL and self.model is not None:
+            from kbv.sandbox.memory import FirstCall
+
+            self.first_call = FirstCall(op, self.device, self._harness)  # memory is counted from here
 
     def end_command(self, op: str) -> None:
         """After a command other than `alloc`: what it was handed has been cloned; free the exports.
@@ -249,6 +261,7 @@ class Child:
     def op_forward(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """One forward; outputs copied into the parent's buffers. With `checks`, integrity evidence too."""
         from kbv.sandbox import integrity as ig
+        from kbv.sandbox.memory import first_call_window
 
         torch = self.torch
         args = self._inputs(cmd)
@@ -258,13 +271,13 @@ class Child:
         names, params = ig.model_tensors(self.model)
         before_in = ig.snapshot(tensors_in) if checks else []
         before_params = ig.snapshot(params) if checks else []
-        if cmd.get("poison") is not None:
-            ig.poison_allocator(self.device, _nbytes(expected) * 2, cmd["poison"])
         if cmd.get("late_inputs") and self.device.type == "cuda":
             ig.write_late(tensors_in, self._sleep, int(cmd["late_inputs"]))
         threads_before = self.guards.threads()
-        self.guards.phase = "call"
-        with torch.no_grad():
+        poisoned = (ig.poisoned_allocations(self.device, float(cmd["poison"]), _nbytes(expected) * 2)
+                    if cmd.get("poison") is not None else contextlib.nullcontext())
+        with poisoned, torch.no_grad(), first_call_window(self.first_call, "forward", self.watch):
+            self.guards.phase = "call"
             result = self.model(*args)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
         unjoined = ig.unjoined_work(outs, self.device) if checks else False
@@ -328,13 +341,19 @@ class Child:
             result = profile_forward(self.model, args, self.device, self.clock)
             seconds["profiled_call"] = _now() - t
             self.guards.phase = "harness"
+            if self.device.type == "cuda":  # a CPU's attribution is by launch counts alone
+                t = _now()
+                result.update(_own_kernels(self.guards.allowed))
+                seconds["own_kernels"] = _now() - t
             t = _now()
             launches, launch_s = dict(self.guards.launches), dict(self.guards.launch_s)
             ghost_args = [self._arg(a) for a in cmd["ghost_inputs"]]
-            ig.poison_allocator(self.device, _nbytes(self._expected(cmd["ghost_outputs"])) * 2, float("nan"))
+            poisoned = ig.poisoned_allocations(self.device, float("nan"),
+                                               _nbytes(self._expected(cmd["ghost_outputs"])) * 2)
             self.guards.ghost = True
             try:
-                out = self.model(*ghost_args)
+                with poisoned:
+                    out = self.model(*ghost_args)
                 self.sync()
                 ghost = "ran"
             except GhostCall:
@@ -440,8 +459,9 @@ class Child:
         args = [self._arg(a) for a in cmd["inputs"]]
         config = StandardTimerConfig(**cmd.get("config", {}))
         with torch.no_grad():
-            samples = time_kernelbench(self.clock, self.model, args, config)
-        return {"samples_ms": samples, "tampered": self.clock.tampered()}
+            timed = time_kernelbench(self.clock, self.model, args, config)
+        return {"samples_ms": timed.samples_ms, "host_ms": timed.host_ms, "flush_ms": timed.flush_ms,
+                "tampered": self.clock.tampered()}
 
     def op_pool(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Take the timing pool (input sets) onto the device, and allocate the L2 flush buffer."""
@@ -525,9 +545,14 @@ class Child:
 
         from kbv.sandbox.memory import measure_forward
 
-        stats = measure_forward(self.model, self.pool[0], self.device, self.watch, self.reserved_at_start)
+        stats = measure_forward(self.model, self.pool[0], self.device, self.watch, self.reserved_at_start,
+                                self.first_call)
         self._warm_profiler()
         return asdict(stats)
+
+    def _harness(self) -> list[Any]:
+        """The harness's own objects holding tensors: their memory is never the model's."""
+        return [self.kept, self.pool, self.flush, self.previous_inputs, list(self.slots.values())]
 
     def _warm_profiler(self) -> None:
         """Memory is measured; attribution (the profiler) comes next. The driver-level watch gives CUPTI
@@ -566,6 +591,17 @@ class Child:
         from kbv.sandbox.wire import send_reply
 
         send_reply(self.res_fd, payload)
+
+
+def _own_kernels(own_dirs: list[str]) -> dict[str, Any]:
+    """The names of the candidate's own kernels, by where they come from (`kbv.sandbox.provenance`),
+    or why there are none: the parent then goes by launch counts."""
+    from kbv.sandbox.provenance import own_kernels
+
+    try:
+        return {"own_kernels": own_kernels(own_dirs)}
+    except Exception as exc:
+        return {"own_kernels_error": f"{type(exc).__name__}: {exc}"[:300]}
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -9,7 +9,9 @@
   `torch.utils.cpp_extension.load_inline`/`load`, and every Triton `@jit` launch (attribution).
 
 All of it is evidence for the parent; the parent decides. Toolchain processes (compilers, ninja,
-ptxas, ldconfig) are allowed: building extensions and Triton kernels spawns them.
+ptxas, ldconfig) are allowed: building extensions and Triton kernels spawns them. So are the threads
+and processes torch starts itself, judged by provenance (`Provenance`: the code that started them,
+and the code they run), never by name: `torch.compile` starts Inductor's compile pool and workers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -91,6 +94,85 @@ def is_timer(name: str) -> bool:
     return name in TIMER_NAMES or name.startswith("Clock.")
 
 
+class Provenance:
+    """Whose code a stack or a callable is, by the file its code was compiled from: torch's own
+    package's, the standard library's, another installed library's (site-packages: tqdm, Triton), or
+    anyone else's (the candidate's file, code it exec'd or wrote, kbv itself). Torch starts threads
+    and processes of its own (Inductor's compile thread pool and worker subprocesses, its C++
+    compiler runs, its ISA probes, tqdm's monitor behind max-autotune's progress bars) when the
+    candidate calls `torch.compile` or a compiled function; those are not the candidate's.
+
+    A torch helper the candidate calls directly passes the stack rule too, so what a thread runs is
+    checked as well: a target or a pool task of anyone else's code is the candidate's. TODO: a
+    process torch's code starts on a command line the candidate chose (a helper called with its own
+    argv) would pass; we know of no such use in the wild."""
+
+    def __init__(self, torch_dir: str) -> None:
+        import site
+        import sysconfig
+
+        paths = sysconfig.get_paths()
+        self.stdlib = tuple({os.path.join(paths[k], "") for k in ("stdlib", "platstdlib")})
+        # where libraries are installed, never a name alone: a candidate's `$TMPDIR/site-packages/x.py` is its own
+        sites = [paths["purelib"], paths["platlib"], *site.getsitepackages(), site.getusersitepackages()]
+        self.libraries = tuple({os.path.join(p, "") for d in sites for p in (d, os.path.realpath(d))})
+        self.torch = os.path.join(torch_dir, "")
+        self.kbv = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # installed or not: not a library
+
+    def origin(self, filename: str) -> str:
+        """'torch', 'stdlib', 'library' or 'other' for a code object's `co_filename`."""
+        if filename.startswith(self.torch):
+            return "torch"
+        if filename.startswith(self.kbv):
+            return "other"
+        if filename.startswith(self.libraries):
+            return "library"
+        if filename.startswith("<frozen ") or filename.startswith(self.stdlib):
+            return "stdlib"
+        return "other"
+
+    def torch_started(self, frame: Any) -> bool:
+        """Whether the innermost frame of `frame`'s stack that is neither the standard library's nor
+        another library's is torch's: torch asked for the thread or process (itself, or through a
+        library it calls), not the candidate calling threading, subprocess or a library itself.
+        The guards' own wrappers (of `ThreadPoolExecutor.submit`, say) are passed over like the
+        standard library they wrap."""
+        while frame is not None:
+            filename = frame.f_code.co_filename
+            origin = self.origin(filename)
+            if origin == "torch":
+                return True
+            if origin == "other" and filename != __file__:
+                return False
+            frame = frame.f_back
+        return False
+
+    def foreign(self, fn: Any) -> bool:
+        """Whether `fn` (a thread's target or run, a pool task) runs code of neither torch, the
+        standard library nor another installed library. Partials and bound methods are unwrapped; a
+        callable without Python code (a builtin, an extension's function) is judged by its module."""
+        while isinstance(fn, functools.partial):
+            fn = fn.func
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None) or getattr(getattr(type(fn), "__call__", None), "__code__", None)
+        if code is not None:
+            return self.origin(code.co_filename) == "other"
+        module = sys.modules.get(str(getattr(fn, "__module__", None) or "").split(".")[0])
+        if module is None:
+            return True
+        if module.__name__ in sys.stdlib_module_names:  # builtins, time: no file of their own
+            return False
+        return self.origin(str(getattr(module, "__file__", None) or "")) == "other"
+
+    def torch_thread(self, thread: threading.Thread, frame: Any) -> bool:
+        """Whether `thread`, being started from `frame`, is torch's own: started by torch's code,
+        running no code of the candidate's."""
+        run = type(thread).run
+        target = getattr(thread, "_target", None)
+        return (self.torch_started(frame) and (run is threading.Thread.run or not self.foreign(run))
+                and (target is None or not self.foreign(target)))
+
+
 class Guards:
     """Child-side evidence collection. One instance per child, installed once."""
 
@@ -101,6 +183,8 @@ class Guards:
         self.ghost = False  # ghost replay: the candidate's own launches are suppressed
         self.compiling = True  # until the first call returns: builds and JIT compilers spawn processes
         self.spawned_while_compiling: list[str] = []
+        self.torch_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # torch's own (Provenance)
+        self.provenance: Provenance | None = None
         self.launches: dict[str, int] = {}
         self.launch_s: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -109,16 +193,20 @@ class Guards:
 
     # -- installation ---------------------------------------------------------------------------
     def install(self, child_cls: type | None = None) -> None:
+        import torch
+
         import kbv.sandbox.memory  # noqa: F401  (bound before the candidate can reach it)
         import kbv.sandbox.integrity  # noqa: F401
         import kbv.sandbox.timers  # noqa: F401
 
+        self.provenance = Provenance(os.path.dirname(torch.__file__))
         self._getters = _protected(child_cls)
         self._snapshot = {k: _safe(g) for k, g in self._getters.items()}
         sys.addaudithook(self._audit)
         self._wrap_extension_loaders()
         self._wrap_triton()
         self._wrap_thread_start()
+        self._wrap_pool_submit()
         # a function can keep its identity and change its body: its code object is guarded too
         self._codes = {k: getattr(v, "__code__", None) for k, v in self._snapshot.items()}
 
@@ -131,7 +219,7 @@ class Guards:
 
         @functools.wraps(raw)
         def start_new_thread(*args: Any, **kwargs: Any) -> Any:
-            if guards.phase not in ("harness", "startup"):
+            if guards.phase not in ("harness", "startup") and not guards._torch_raw_thread(args, sys._getframe(1)):
                 guards._note("thread_injection", f"raw thread started during {guards.phase}")
             return raw(*args, **kwargs)
 
@@ -140,10 +228,50 @@ class Guards:
         @functools.wraps(original)
         def start(thread: threading.Thread, *args: Any, **kwargs: Any) -> Any:
             if guards.phase != "harness" and guards.phase != "startup":
-                guards._note("thread_injection", f"thread {thread.name!r} started during {guards.phase}")
+                if guards._torch_thread(thread, sys._getframe(1)):
+                    guards.torch_threads.add(thread)  # Inductor's compile pool: not counted as the candidate's
+                else:
+                    guards._note("thread_injection", f"thread {thread.name!r} started during {guards.phase}")
             return original(thread, *args, **kwargs)
 
         threading.Thread.start = start  # type: ignore[method-assign]
+
+    def _torch_thread(self, thread: threading.Thread, frame: Any) -> bool:
+        try:
+            return self.provenance is not None and self.provenance.torch_thread(thread, frame)
+        except Exception:  # a thread the guard cannot read is not torch's
+            return False
+
+    def _torch_raw_thread(self, args: tuple[Any, ...], frame: Any) -> bool:
+        try:
+            return (self.provenance is not None and bool(args) and self.provenance.torch_started(frame)
+                    and not self.provenance.foreign(args[0]))
+        except Exception:
+            return False
+
+    def _wrap_pool_submit(self) -> None:
+        """A task the candidate hands to a thread pool that is already running (Inductor's, started
+        by torch) starts no thread: the task itself is checked."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        original = ThreadPoolExecutor.submit
+        guards = self
+
+        @functools.wraps(original)
+        def submit(pool: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if guards.phase not in ("harness", "startup") and guards._foreign(fn):
+                task = fn.func if isinstance(fn, functools.partial) else fn
+                name = getattr(task, "__qualname__", None) or type(task).__name__
+                guards._note("thread_injection", f"{name!r} handed to a thread pool during {guards.phase}")
+            return original(pool, fn, *args, **kwargs)
+
+        ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+
+    def _foreign(self, fn: Any) -> bool:
+        try:
+            return self.provenance is None or self.provenance.foreign(fn)
+        except Exception:
+            return True
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if self.phase == "harness":
@@ -154,8 +282,8 @@ class Guards:
             elif event in ("os.remove", "os.rename", "os.rmdir", "shutil.rmtree", "os.truncate"):
                 self._check_write(args[0])
             elif event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"):
-                self._check_process(args)
-            elif event in ("os.fork", "os.forkpty", "os.system"):
+                self._check_process(args, sys._getframe(1))
+            elif event in ("os.fork", "os.forkpty", "os.system") and not self._torch_started(sys._getframe(1)):
                 self._note("process_escape", f"{event} during {self.phase}")
             elif event == "socket.connect":
                 self._note("process_escape", f"network connection to {args[1]!r} during {self.phase}")
@@ -170,7 +298,7 @@ class Guards:
             return
         self._note("file_write", f"write to {real} during {self.phase}")
 
-    def _check_process(self, args: tuple[Any, ...]) -> None:
+    def _check_process(self, args: tuple[Any, ...], frame: Any) -> None:
         exe = args[0] if args else ""
         argv = args[1] if len(args) > 1 else None
         words = [os.fsdecode(a) for a in argv] if isinstance(argv, (list, tuple)) else (
@@ -184,7 +312,15 @@ class Guards:
             # that differ from machine to machine; later calls have no reason to start anything
             self.spawned_while_compiling.append(" ".join(words)[:200] or path)
             return
+        if self._torch_started(frame):  # Inductor's compile workers and probes, at any call (a recompile)
+            return
         self._note("process_escape", f"started process {' '.join(words)[:200] or path!r} during {self.phase}")
+
+    def _torch_started(self, frame: Any) -> bool:
+        try:
+            return self.provenance is not None and self.provenance.torch_started(frame)
+        except Exception:
+            return False
 
     def _note(self, category: str, evidence: str) -> None:
         with self._lock:
@@ -257,12 +393,14 @@ class Guards:
         return out
 
     def threads(self) -> tuple[int, int]:
-        """(Python threads, OS threads of this process)."""
+        """(Python threads, OS threads of this process), less torch's own threads still alive (its
+        compile pool's workers live on after the call that started them)."""
+        own = sum(1 for t in list(self.torch_threads) if t.is_alive())
         try:
-            os_threads = len(os.listdir("/proc/self/task"))
+            os_threads = len(os.listdir("/proc/self/task")) - own
         except OSError:
             os_threads = -1
-        return threading.active_count(), os_threads
+        return threading.active_count() - own, os_threads
 
     def report(self) -> dict[str, Any]:
         with self._lock:

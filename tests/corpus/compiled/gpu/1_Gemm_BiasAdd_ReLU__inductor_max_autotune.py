@@ -1,0 +1,20 @@
+# kbv-fixture: expect=no_custom_kernel categories=no_custom_kernel standard=correct
+# C5 torch.compile(mode="max-autotune") wrapper on a GPU, compiled at construction: Inductor warms its
+# compile worker subprocess and that one's reader thread (InductorSubproc) there, then autotunes Triton
+# and library GEMMs. Torch's threads and processes, not the candidate's: no kernel of its own.
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias_shape: tuple):
+        super().__init__()
+        self.gemm = nn.Linear(in_features, out_features)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+        self._compiled = torch.compile(self._fused, mode="max-autotune")
+
+    def _fused(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.gemm(x) + self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._compiled(x)

@@ -1,0 +1,72 @@
+"""Candidates that hand the work to `torch.compile` with Inductor, where torch starts threads and
+processes of its own (its compile thread pool, worker subprocesses, the C++ compiler and its probes):
+those are torch's, judged by provenance (`kbv.sandbox.guards.Provenance`), and must not make a
+`thread_injection` or `process_escape` of an fp32 wrapper (`no_custom_kernel`) or of a bf16 one
+(`incorrect`, `precision_loss`). A thread the candidate's own code runs through torch's pool still is.
+
+`tests/corpus/compiled/cpu/` runs on a CPU (Inductor's C++ backend: about a minute of compiling per
+child on a 2-core box); `gpu/` holds the `mode="max-autotune"` versions, on CUDA. Headers as in
+tests/corpus/README.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kbv.api import EvalConfig, evaluate
+from kbv.verdict import Verdict
+from test_corpus import CORPUS, Fixture, check_fixture, read_fixture
+from verdict_log import log_verdicts
+
+COMPILED = CORPUS / "compiled"
+CPU_FIXTURES = [read_fixture(p) for p in sorted((COMPILED / "cpu").glob("*.py"))]
+GPU_FIXTURES = [read_fixture(p) for p in sorted((COMPILED / "gpu").glob("*.py"))]
+
+
+def run_compiled(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory,
+                 cache_dir: Path) -> dict[tuple[str, str], Verdict]:
+    """Verdicts of every fixture of `kind` under both protocols, keyed by (fixture name, protocol)."""
+    config = EvalConfig(candidates=str(COMPILED / kind), problems="smoke", protocol="both", device=device,
+                        run_dir=str(tmp_path_factory.mktemp(f"compiled-{kind}-run")), cache_dir=str(cache_dir),
+                        timeout_s=300, timer_budget_s=3.0, ci_target=0.05, seed=2468)
+    result = evaluate(config)
+    log_verdicts(result.verdicts)
+    assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
+    assert not result.problem_failures, result.problem_failures
+    return {(v.candidate, v.protocol): v for v in result.verdicts}
+
+
+@pytest.fixture(scope="session")
+def compiled_cpu_verdicts(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[tuple[str, str], Verdict]:
+    return run_compiled("cpu", "cpu", tmp_path_factory, cache_dir)
+
+
+@pytest.fixture(scope="session")
+def compiled_gpu_verdicts(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> dict[tuple[str, str], Verdict]:
+    return run_compiled("gpu", "cuda", tmp_path_factory, cache_dir)
+
+
+def test_compiled_headers() -> None:
+    """Every fixture names a smoke problem; the honest wrappers and the laundered thread are all there."""
+    from kbv.problems import load_problems
+
+    names = {p.name for p in load_problems("smoke")}
+    for fixture in CPU_FIXTURES + GPU_FIXTURES:
+        assert fixture.name.split("__", 1)[0] in names, f"{fixture.path}: no smoke problem of that name"
+    assert {f.expect.value for f in CPU_FIXTURES} == {"no_custom_kernel", "incorrect", "hack"}
+    assert {f.expect.value for f in GPU_FIXTURES} == {"no_custom_kernel", "incorrect"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", CPU_FIXTURES, ids=lambda f: f.name)
+def test_compiled_cpu_fixture(fixture: Fixture, compiled_cpu_verdicts: dict[tuple[str, str], Verdict]) -> None:
+    check_fixture(fixture, compiled_cpu_verdicts)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", GPU_FIXTURES, ids=lambda f: f.name)
+def test_compiled_gpu_fixture(fixture: Fixture, compiled_gpu_verdicts: dict[tuple[str, str], Verdict]) -> None:
+    check_fixture(fixture, compiled_gpu_verdicts)
