@@ -127,10 +127,11 @@ for s in "$@"; do
       WARM=$! ;;
     warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
     audit) mkdir -p "$OUT/audit" /tmp/audit/cands /tmp/kbv-audit-run  # the run stays on the box between calls
-      [ -f .dev/audit/kbv.sqlite ] && [ ! -f /tmp/kbv-audit-run/kbv.sqlite ] && cp .dev/audit/kbv.sqlite* /tmp/kbv-audit-run/
+      db=${AUDIT_DB:-docs/cuda_l1_audit.sqlite}  # the published audit's run: a new session resumes it
+      [ -f "$db" ] && [ ! -f /tmp/kbv-audit-run/kbv.sqlite ] && cp "$db" /tmp/kbv-audit-run/kbv.sqlite
       if [ -n "${AUDIT_FILES:-}" ]; then  # a slice: LEVEL/FILE globs under the corpus's candidates
         for f in $AUDIT_FILES; do for g in .dev/cuda_l1/candidates/$f; do
-          mkdir -p "/tmp/audit/cands/$(dirname "${g#.dev/cuda_l1/candidates/}")" && cp -n "$g" "/tmp/audit/cands/${g#.dev/cuda_l1/candidates/}"
+          d="/tmp/audit/cands/${g#.dev/cuda_l1/candidates/}"; mkdir -p "$(dirname "$d")"; [ -e "$d" ] || cp "$g" "$d"
         done; done
       else
         for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
