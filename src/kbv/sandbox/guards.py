@@ -72,11 +72,19 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
         for name in ("serve", "_error_reply"):
             table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
     for mod, names in (("kbv.sandbox.timers", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth",
-                                               "_call_ms", "measure_window_costs", "Window", "WindowCosts")),
+                                               "_call_ms", "measure_window_costs", "Window", "WindowCosts",
+                                               "_time_cuda_events", "_time_host_synchronised", "_time_do_bench",
+                                               "_time_host", "_flush_ms")),
+                       # what says whose kernels ran (attribution) and what a model holds (memory)
+                       ("kbv.sandbox.provenance", ("own_kernels", "candidate_libraries", "triton_kernels",
+                                                   "mapped_files")),
+                       ("kbv.sandbox.elf", ("kernel_entries", "read_symbols")),
+                       ("kbv.sandbox.profiling", ("profile_forward", "_device_kernels")),
                        ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output", "write_late",
                                                   "unjoined_work", "state_print")),
                        ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
-                       ("kbv.sandbox.memory", ("measure_forward",))):
+                       ("kbv.sandbox.memory", ("measure_forward", "with_first_call", "held_since", "read_levels",
+                                               "first_call_window", "FirstCall"))):
         for name in names:
             table[f"{mod}.{name}"] = functools.partial(lambda m, n: getattr(sys.modules[m], n), mod, name)
     return table
@@ -86,7 +94,9 @@ TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.s
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
                "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench", "kbv.sandbox.timers.warm_up",
                "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.measure_window_costs", "kbv.sandbox.timers.Window",
-               "kbv.sandbox.timers.WindowCosts", "Child.op_time_block", "Child.op_time", "Child.op_warmup",
+               "kbv.sandbox.timers.WindowCosts", "kbv.sandbox.timers._time_cuda_events",
+               "kbv.sandbox.timers._time_host_synchronised", "kbv.sandbox.timers._time_do_bench",
+               "kbv.sandbox.timers._time_host", "kbv.sandbox.timers._flush_ms", "Child.op_time_block", "Child.op_time", "Child.op_warmup",
                "Child.op_replay", "Child._window", "kbv.sandbox.l2.PersistingL2.reset", "kbv.sandbox.l2.PersistingL2.state")
 
 
@@ -195,8 +205,11 @@ class Guards:
     def install(self, child_cls: type | None = None) -> None:
         import torch
 
-        import kbv.sandbox.memory  # noqa: F401  (bound before the candidate can reach it)
+        import kbv.sandbox.elf  # noqa: F401
         import kbv.sandbox.integrity  # noqa: F401
+        import kbv.sandbox.memory  # noqa: F401  (bound before the candidate can reach it)
+        import kbv.sandbox.profiling  # noqa: F401
+        import kbv.sandbox.provenance  # noqa: F401
         import kbv.sandbox.timers  # noqa: F401
 
         self.provenance = Provenance(os.path.dirname(torch.__file__))
