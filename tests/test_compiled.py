@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from kbv.api import EvalConfig, evaluate
 from kbv.verdict import Verdict
-from test_corpus import CORPUS, Fixture, check_fixture, read_fixture
-from verdict_log import log_verdicts
+from test_corpus import CORPUS, Fixture, check_fixture, read_fixture, run_corpus
 
 COMPILED = CORPUS / "compiled"
 CPU_FIXTURES = [read_fixture(p) for p in sorted((COMPILED / "cpu").glob("*.py"))]
@@ -27,15 +25,8 @@ GPU_FIXTURES = [read_fixture(p) for p in sorted((COMPILED / "gpu").glob("*.py"))
 
 def run_compiled(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory,
                  cache_dir: Path) -> dict[tuple[str, str], Verdict]:
-    """Verdicts of every fixture of `kind` under both protocols, keyed by (fixture name, protocol)."""
-    config = EvalConfig(candidates=str(COMPILED / kind), problems="smoke", protocol="both", device=device,
-                        run_dir=str(tmp_path_factory.mktemp(f"compiled-{kind}-run")), cache_dir=str(cache_dir),
-                        timeout_s=300, timer_budget_s=3.0, ci_target=0.05, seed=2468)
-    result = evaluate(config)
-    log_verdicts(result.verdicts)
-    assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
-    assert not result.problem_failures, result.problem_failures
-    return {(v.candidate, v.protocol): v for v in result.verdicts}
+    """Verdicts of every fixture of `kind` under both protocols (Inductor compiles for minutes on a CPU)."""
+    return run_corpus(kind, device, tmp_path_factory, cache_dir, root=COMPILED, timeout_s=300, seed=2468)
 
 
 @pytest.fixture(scope="session")

@@ -69,12 +69,12 @@ CPU_FIXTURES = corpus("cpu")
 GPU_FIXTURES = corpus("gpu")
 
 
-def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory,
-               cache_dir: Path) -> dict[tuple[str, str], Verdict]:
-    """Verdicts of every fixture of `kind` under both protocols, keyed by (fixture name, protocol)."""
-    config = EvalConfig(candidates=str(CORPUS / kind), problems="smoke", protocol="both", device=device,
-                        run_dir=str(tmp_path_factory.mktemp(f"corpus-{kind}-run")), cache_dir=str(cache_dir),
-                        timeout_s=120, timer_budget_s=3.0, ci_target=0.05, seed=1234)
+def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
+               root: Path = CORPUS, timeout_s: float = 120, seed: int = 1234) -> dict[tuple[str, str], Verdict]:
+    """Verdicts of every fixture in `root / kind` under both protocols, keyed by (fixture name, protocol)."""
+    config = EvalConfig(candidates=str(root / kind), problems="smoke", protocol="both", device=device,
+                        run_dir=str(tmp_path_factory.mktemp(f"{root.name}-{kind}-run")), cache_dir=str(cache_dir),
+                        timeout_s=timeout_s, timer_budget_s=3.0, ci_target=0.05, seed=seed)
     result = evaluate(config)
     log_verdicts(result.verdicts)
     assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
