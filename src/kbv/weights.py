@@ -5,8 +5,10 @@ weight and bias start at 1 and 0, so a mean over a group-normalised tensor is me
 input, and a kernel that never reads its input passes. Under each trial's weight seed, every floating
 parameter whose elements are all equal (numel > 1: a random initialisation never is) gets values drawn
 around its constant, in the reference and the candidate alike. The draw depends only on the seed and on
-the parameter's shape, constant and rank among the parameters of that shape and constant, never on its
-name: a candidate that builds the same modules under other names draws the same values, and one that
+the parameter's shape, whether its constant is zero, and its rank among the parameters of that kind,
+never on its name or its constant's value: a constant c becomes c x (1 + d) for drawn factors d, so a
+candidate that builds the same modules under other names draws the same values, one that folds a
+factor into a constant (2 x ones where the reference has ones) keeps the factor, and one that
 hard-codes the defaults computes another function.
 
 Imported by the parent (`kbv.reference`) and by the child (`kbv.sandbox.child`) before any candidate
@@ -20,9 +22,9 @@ from typing import Any
 
 import torch
 
-# A constant c is drawn uniformly from [c/2, 3c/2]: same sign and scale, never zero, so a divisor, a
-# scale or a variance stays one. A zero (a bias) is drawn from [-1/2, 1/2]: the scale of a normalised
-# activation, which such biases are added to.
+# A constant c is drawn as c x (1 + d), d uniform in [-1/2, 1/2]: same sign and scale, never zero, so
+# a divisor, a scale or a variance stays one. A zero (a bias) is drawn as d itself: the scale of a
+# normalised activation, which such biases are added to.
 SPREAD = 0.5
 
 
@@ -31,14 +33,14 @@ def draw_constant_parameters(model: Any, seed: int) -> tuple[str, ...]:
     those it redrew. A model that is not an `nn.Module` is left as it is."""
     if not isinstance(model, torch.nn.Module):
         return ()
-    rank: dict[tuple[tuple[int, ...], float], int] = {}
+    rank: dict[tuple[tuple[int, ...], bool], int] = {}
     drawn = []
     with torch.no_grad():
         for name, p in model.named_parameters():
             value = _constant(p)
             if value is None:
                 continue
-            key = (tuple(p.shape), value)
+            key = (tuple(p.shape), value == 0.0)
             rank[key] = rank.get(key, 0) + 1
             p.copy_(_draw(p.shape, value, _seed(seed, key, rank[key])).to(device=p.device, dtype=p.dtype))
             drawn.append(name)
@@ -47,7 +49,7 @@ def draw_constant_parameters(model: Any, seed: int) -> tuple[str, ...]:
 
 def _constant(p: torch.Tensor) -> float | None:
     """The value every element of `p` holds, or None (not floating, a single element, or not constant)."""
-    if not p.is_floating_point() or p.numel() < 2 or p.is_meta:
+    if torch.nn.parameter.is_lazy(p) or not p.is_floating_point() or p.numel() < 2 or p.is_meta:
         return None
     flat = p.detach().reshape(-1)  # (numel,)
     first = flat[0]
@@ -56,7 +58,7 @@ def _constant(p: torch.Tensor) -> float | None:
     return float(first)
 
 
-def _seed(seed: int, key: tuple[tuple[int, ...], float], rank: int) -> int:
+def _seed(seed: int, key: tuple[tuple[int, ...], bool], rank: int) -> int:
     text = f"{seed}|{key[0]}|{key[1]!r}|{rank}".encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1
 
@@ -64,6 +66,5 @@ def _seed(seed: int, key: tuple[tuple[int, ...], float], rank: int) -> int:
 def _draw(shape: torch.Size, value: float, seed: int) -> torch.Tensor:
     """Values around `value` (float64, on the CPU: the same on every device)."""
     u = torch.rand(tuple(shape), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    if value == 0.0:
-        return (u - 0.5) * 2 * SPREAD
-    return value * (1 + (u - 0.5) * 2 * SPREAD)
+    d = (u - 0.5) * 2 * SPREAD  # uniform in [-SPREAD, SPREAD]
+    return d if value == 0.0 else value * (1 + d)
