@@ -53,8 +53,9 @@ class _Torch:
     """torch's `_jit_compile` and its build step, faked: the build writes `name` into the build
     directory, or fails as torch's does; `builds` counts the build steps run."""
 
-    def __init__(self, fail: bool, refuse: bool = False) -> None:
+    def __init__(self, fail: bool, refuse: bool = False, why: str = "error: 'kbv_undeclared_symbol' was not declared") -> None:
         self.fail = fail
+        self.why = why
         self.refuse = refuse  # fail before the build step, as torch does for arguments it refuses
         self.builds = 0
         self.build = jit_cache._noting(self._build)
@@ -62,7 +63,7 @@ class _Torch:
     def _build(self, name: str, sources: list[str], build_directory: str, is_standalone: bool = False) -> None:
         self.builds += 1
         if self.fail:
-            raise RuntimeError(f"Error building extension '{name}': error: 'kbv_undeclared_symbol' was not declared")
+            raise RuntimeError(f"Error building extension '{name}': {self.why}")
         _write(Path(build_directory) / name, "#!/bin/sh\n")
 
     def compile(self, name: str, sources: list[str], extra_cflags: Any, extra_cuda_cflags: Any,
@@ -115,6 +116,19 @@ def test_a_failure_other_than_the_builds_own_is_not_recorded(tmp_path: Path, mon
 
     with pytest.raises(ValueError):
         _compile(_Torch(fail=False, refuse=True), root, source, tmp_path / "b")
+    later = _Torch(fail=False)
+    _compile(later, root, source, tmp_path / "b")
+    assert later.builds == 1
+
+
+def test_a_failure_the_machine_caused_is_not_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler killed on a busy build pool fails this build, not every later one: the next call builds."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "torch_extensions" / jit_cache.CACHE_DIR
+    source = _write(tmp_path / "x.cpp", "int x;")
+    killed = _Torch(fail=True, why="c++: fatal error: Killed signal terminated program cc1plus")
+    with pytest.raises(RuntimeError):
+        _compile(killed, root, source, tmp_path / "b")
     later = _Torch(fail=False)
     _compile(later, root, source, tmp_path / "b")
     assert later.builds == 1

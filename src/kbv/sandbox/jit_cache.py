@@ -12,7 +12,8 @@ directory, which its evaluation children see (and write, in the sandbox):
 - built: a copy of the library, under the module name the build gave it. A later call of the key
   imports that copy, and runs no compiler, ninja or lock.
 - failed to build (a compile or link error): the exception's type and message. A later call raises
-  the same at once, so a candidate that catches it takes its fallback as it did in the build.
+  the same at once, so a candidate that catches it takes its fallback as it did in the build. A
+  failure the machine caused (a compiler killed, a full disk: `transient`) is not recorded.
 
 A call whose key is not recorded compiles as torch would, and records what it did (a candidate
 whose build failed on the CPU worker for want of a GPU, and is retried on the device): its time
@@ -111,7 +112,7 @@ def _cached(compile_: Callable[..., Any], root: Path) -> Callable[..., Any]:
         try:
             return compile_(*args, **kwargs)
         except Exception as exc:
-            if exc is _step.failed:
+            if exc is _step.failed and not transient(str(exc)):
                 _write(entry, {"failed": {"type": type(exc).__name__, "message": str(exc)}})
             raise
         finally:
@@ -120,6 +121,19 @@ def _cached(compile_: Callable[..., Any], root: Path) -> Callable[..., Any]:
             _step.built = _step.failed = None
 
     return wrapper
+
+
+# A build that failed for the machine's sake, not the code's: a compiler killed (out of memory on a
+# busy build pool), a full disk. Recorded, it would make the candidate take its fallback in every
+# later run; unrecorded, the next call builds again.
+_TRANSIENT = ("killed", "terminated by signal", "no space left on device", "cannot allocate memory", "out of memory",
+              "resource temporarily unavailable", "too many open files", "timed out", "interrupted system call")
+
+
+def transient(message: str) -> bool:
+    """Whether a build's failure message says the machine, not the code, failed it."""
+    text = message.lower()
+    return any(marker in text for marker in _TRANSIENT)
 
 
 # -- the key --------------------------------------------------------------------------------------
