@@ -1,8 +1,8 @@
-"""Result caches and constant outputs (kbv.detect.caches): rules over the trials' fingerprints."""
+"""Result caches and constant outputs (kbv.detect.caches): rules over the trials' fingerprints and the replay probe's times."""
 
 from __future__ import annotations
 
-from kbv.detect.caches import constant_output, replayed_output
+from kbv.detect.caches import constant_output, replayed_output, replayed_timing
 from kbv.verdict import Category
 
 A, B = (1, 1), (2, 2)
@@ -27,3 +27,16 @@ def test_a_failing_output_equal_to_an_earlier_passing_one_was_replayed():
     assert replayed_output([(A, True), (B, True), (A, False)]) == (
         Category.RESULT_CACHE, "trial 2 returned the output of an earlier trial with other inputs")
     assert replayed_output([(A, False), (A, False)]) is None
+
+
+def test_a_second_call_fast_because_the_machine_is_warmer_is_no_replay():
+    """A busy 2-core box: the first call after the harness's pause waits for the CPU, the next two
+    (the same inputs, then fresh ones) do not. Seen on the honest C++ ReLU of `make demo`."""
+    assert replayed_timing([(0.175, 0.035, 0.036), (0.180, 0.034, 0.035), (0.170, 0.036, 0.037)]) is None
+
+
+def test_a_second_call_answered_without_computing_is_a_replay():
+    found = replayed_timing([(0.175, 0.004, 0.170), (0.180, 0.004, 0.176), (0.170, 0.005, 0.171)])
+    assert found is not None and found[0] is Category.RESULT_CACHE
+    # a child that reports no fresh call is judged on the first two calls alone
+    assert replayed_timing([(0.175, 0.004), (0.180, 0.004), (0.170, 0.005)]) is not None

@@ -6,6 +6,8 @@ outputs only: placeholders for missing ones are all alike, and would make any ca
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 from collections.abc import Sequence
 
@@ -48,13 +50,19 @@ def constant_output(trials: Sequence[tuple[Fingerprint | None, bool]]) -> tuple[
 
 
 def replayed_timing(pairs: Sequence[Sequence[float]]) -> tuple[Category, str] | None:
-    """The replay probe: each fresh input set called twice in a row unchanged, (first, second) ms.
-    An honest kernel takes as long the second time (the L2 is flushed between); a cache answers at once."""
+    """The replay probe: each fresh input set called twice in a row unchanged, then another fresh set
+    once right after, (first, second, fresh) ms. An honest kernel takes as long the second time (the
+    L2 is flushed between); a cache answers at once, and must compute the fresh set. A second call
+    that is fast because the machine was warmer (threads awake, a busy machine's first call
+    descheduled) is as fast on the fresh set, and says nothing."""
     if not pairs:
         return None
-    first = sorted(p[0] for p in pairs)[len(pairs) // 2]
-    again = sorted(p[1] for p in pairs)[len(pairs) // 2]
-    if first > REPLAY_MIN_MS and again < REPLAY_RATIO * first:
+
+    def median(i: int) -> float:
+        return sorted(p[i] if len(p) > i else math.inf for p in pairs)[len(pairs) // 2]
+
+    first, again, fresh = median(0), median(1), median(2)
+    if first > REPLAY_MIN_MS and again < REPLAY_RATIO * first and again < REPLAY_RATIO * fresh:
         return (Category.RESULT_CACHE, f"a second call on the same unchanged inputs took {again:.3f} ms "
                                        f"against {first:.3f} ms for the first: the result was replayed")
     return None

@@ -262,10 +262,12 @@ class VerifiedRunner:
     def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float,
                       costs: tuple[float, float] | None) -> tuple[Category, str] | None:
         device = torch.device(self.settings.device)
-        sets = [prepared.draw(k, "replay", device) for k in range(REPLAY_PROBES)]
+        sets = [prepared.draw(k, "replay", device) for k in range(2 * REPLAY_PROBES)]  # probed, then fresh
         refs = iter(sb.put([x for s in sets for x in s], time_left(deadline)))
         handed = [[next(refs) for _ in s] for s in sets]
-        return replayed_timing(sb.call({"op": "replay", "sets": handed, "costs": costs}, time_left(deadline))["pairs"])
+        reply = sb.call({"op": "replay", "sets": handed[:REPLAY_PROBES], "fresh": handed[REPLAY_PROBES:],
+                         "costs": costs}, time_left(deadline))
+        return replayed_timing(reply["pairs"])
 
 
 def _child_seconds(said: Any, most: float) -> dict[str, float]:
