@@ -2,31 +2,24 @@
 
 The child profiles one forward (`kbv.sandbox.profiling`), counts launches of the candidate's
 extension functions and Triton kernels (its guards), and names the kernels that come from the
-candidate's own code (`kbv.sandbox.provenance`): those its shared objects define and those its
-Triton functions compiled. Here, in the parent (`attribute`), a profiled kernel is the candidate's
-own when its name is one of those, or a PTX `.entry` its source embeds; every other kernel (ATen,
-cuBLAS, cuDNN, Inductor's, one no list has heard of) is not, whatever it is called. Where the child
-could not name them, or nothing was profiled, launch counts and their time decide. The custom share
-is the candidate's kernels' share of device time (of wall time on CPU).
+candidate's own code (`kbv.sandbox.own_kernels`): those its shared objects define (PTX embedded in
+them included) and those its Triton functions compiled. Here, in the parent (`attribute`), a
+profiled kernel is the candidate's own when its name is one of those; every other kernel (ATen,
+cuBLAS, cuDNN, Inductor's, one no list has heard of) is not, whatever it is called. The candidate's
+source text names nothing: a comment or a string there says what it likes, and a module it loads
+from PTX text of its own at run time (`cuModuleLoadData`) is one nothing here sees loaded, so its
+kernels are not credited. Where the child could not name them, or nothing was profiled, launch
+counts and their time decide. The custom share is the candidate's kernels' share of device time (of
+wall time on CPU).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kbv.verdict import Category
-
-_PTX_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)")
-
-
-def ptx_entries(source: str) -> list[str]:
-    """Names of the kernels PTX text in a candidate's source defines (`.entry name`): modules it
-    loads itself (`cuModuleLoadData`), whose kernels none of its shared objects names."""
-    return sorted(set(_PTX_ENTRY.findall(source)))
-
 
 def own_names(names: Iterable[str]) -> frozenset[str]:
     """Kernel names as the profiler shows them: each name as given and demangled the way the
@@ -62,7 +55,7 @@ class Attribution:
         return self.custom_launches > 0 and self.ghost == "unchanged"
 
 
-def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attribution:
+def attribute(reply: dict[str, Any], device_type: str) -> Attribution:
     """Classify a child's attribution reply: `kernels` (profiled device kernels), `own_kernels` (the
     names of the candidate's own, from the child), launch counts and times. Raises TypeError on a
     malformed `own_kernels`."""
@@ -79,7 +72,7 @@ def attribute(reply: dict[str, Any], source: str, device_type: str) -> Attributi
     given = reply["own_kernels"]
     if not isinstance(given, list) or not all(isinstance(n, str) for n in given):
         raise TypeError("own_kernels is not a list of kernel names")
-    names = own_names([*given, *ptx_entries(source)])
+    names = own_names(given)
     rows = []
     for k in reply.get("kernels", []):
         if k.get("error"):

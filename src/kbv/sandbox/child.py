@@ -31,8 +31,12 @@ import os
 import sys
 import traceback
 import types
+from dataclasses import replace
 from time import perf_counter as _now  # bound before candidate code can re-bind time's names
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kbv.sandbox.own_kernels import Ownership, TritonOrigins
 
 _TRACEBACK_CHARS = 8000
 _WATCH_ENDS = ("attribution", "warmup", "time", "time_block", "replay", "bandwidth")
@@ -89,6 +93,12 @@ class Child:
                                    ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TMPDIR", "HOME")]
         self.guards = Guards(allowed)
         self.guards.install(type(self))  # before any candidate import
+        from kbv.sandbox.own_kernels import ownership_at_start, record_triton_origins
+
+        # whose kernels are whose (attribution): where its code and the compilers' outputs live, and
+        # where each Triton function is made, as known before the candidate can change any of it
+        self.ownership = ownership_at_start(self.guards.allowed)
+        self.triton_origins = record_triton_origins()  # before any candidate import
         self.calls = 0
         self.flags_after_load: dict[str, Any] = {}
 
@@ -232,6 +242,7 @@ class Child:
     def _model_class(self, cmd: dict[str, Any]) -> Any:
         if cmd["source"] == "candidate":
             self.guards.phase = "import"
+            self.ownership = replace(self.ownership, candidate_file=os.path.realpath(cmd["path"]))
             module = _import_candidate(cmd["path"])
             cls = getattr(module, "ModelNew", None)
             if cls is None:
@@ -343,7 +354,7 @@ class Child:
             self.guards.phase = "harness"
             if self.device.type == "cuda":  # a CPU's attribution is by launch counts alone
                 t = _now()
-                result.update(_own_kernels(self.guards.allowed))
+                result.update(_own_kernels(self.ownership, self.triton_origins))
                 seconds["own_kernels"] = _now() - t
             t = _now()
             launches, launch_s = dict(self.guards.launches), dict(self.guards.launch_s)
@@ -603,13 +614,13 @@ class Child:
         send_reply(self.res_fd, payload)
 
 
-def _own_kernels(own_dirs: list[str]) -> dict[str, Any]:
-    """The names of the candidate's own kernels, by where they come from (`kbv.sandbox.provenance`),
+def _own_kernels(ownership: Ownership, origins: TritonOrigins) -> dict[str, Any]:
+    """The names of the candidate's own kernels, by where they come from (`kbv.sandbox.own_kernels`),
     or why there are none: the parent then goes by launch counts."""
-    from kbv.sandbox.provenance import own_kernels
+    from kbv.sandbox.own_kernels import own_kernels
 
     try:
-        return {"own_kernels": own_kernels(own_dirs)}
+        return {"own_kernels": own_kernels(ownership, origins)}
     except Exception as exc:
         return {"own_kernels_error": f"{type(exc).__name__}: {exc}"[:300]}
 

@@ -206,7 +206,7 @@ class VerifiedRunner:
         with stage("memory"):
             records.memory = memory_stats(sb.call({"op": "memory"}, time_left(deadline)))
         with stage("attribution"):
-            records.attribution = self._attribute(sb, prepared, pair, deadline)
+            records.attribution = self._attribute(sb, prepared, deadline)
         if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None \
                 and not self.time_unattributed:
             return
@@ -218,7 +218,7 @@ class VerifiedRunner:
             records.findings.append(impossible_speed(_min_dram_bytes(prepared, self.settings.l2_bytes),
                                                      records.speed.stats["candidate"].median_ms, self.copy_gbps))
 
-    def _attribute(self, sb: Sandbox, prepared: PreparedProblem, pair: Pair, deadline: float) -> Attribution:
+    def _attribute(self, sb: Sandbox, prepared: PreparedProblem, deadline: float) -> Attribution:
         """Attribution on fresh inputs, and the ghost replay judged against the truth: an output
         that is still right with the candidate's own launches suppressed never needed them."""
         device = torch.device(self.settings.device)
@@ -244,7 +244,7 @@ class VerifiedRunner:
         reply["seconds"] = {**_child_seconds(reply.get("seconds"), self.settings.timeout_s),
                             **{k: round(v, 4) for k, v in parent.items()}}
         try:
-            return attribute(reply, pair.candidate.code, self.settings.device_type)
+            return attribute(reply, self.settings.device_type)
         except (ValueError, TypeError, OverflowError, KeyError, AttributeError) as exc:  # a forged reply
             sb.kill()
             raise ChildFailure(Status.CRASHED, f"malformed attribution reply: {type(exc).__name__}: {exc}"[:300],
