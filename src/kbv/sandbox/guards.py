@@ -9,9 +9,11 @@
   `torch.utils.cpp_extension.load_inline`/`load`, and every Triton `@jit` launch (attribution).
 
 All of it is evidence for the parent; the parent decides. Toolchain processes (compilers, ninja,
-ptxas, ldconfig) are allowed: building extensions and Triton kernels spawns them. So are the threads
-and processes torch starts itself, judged by provenance (`Provenance`: the code that started them,
-and the code they run), never by name: `torch.compile` starts Inductor's compile pool and workers.
+ptxas, ldconfig) are allowed: building extensions and Triton kernels spawns them. So are the threads,
+pool tasks and processes torch's compile machinery starts itself, judged by provenance
+(`kbv.sandbox.code_origin`: the code that started them, the code they run, the command line a process
+runs), never by name: `torch.compile` starts Inductor's compile pool, workers and probes. The tamper
+table covers every function and class the harness's child-side modules define, found at install.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from kbv.sandbox.code_origin import Provenance
 
 # Programs that builds and JIT compiles run. `file`: `platform.architecture()` runs `file -b` on the
 # interpreter, and Triton's first compile in a process asks it (for its cache key); that compile can
@@ -32,8 +37,24 @@ _TOOLCHAIN = ("ninja", "c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc", "p
               "nvlink", "ld", "ld.gold", "ldconfig", "cuobjdump", "which", "uname", "hipcc", "as", "ar",
               "collect2", "cc1plus", "cc1", "cudafe++", "file")
 _WRITE_MODES = ("w", "a", "x", "+")
+# audit events of code being compiled or made: how a file name is forged (kbv.sandbox.code_origin)
+_CODE_EVENTS = ("compile", "exec", "function.__new__", "code.__new__", "object.__setattr__")
+_PROCESS_EVENTS = ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn", "os.fork", "os.forkpty", "os.system")
+
+# The harness's child-side modules. Every function and class each defines (by its `__module__`, never a
+# name it imports), and every method of those classes, is in the tamper table: found at install, so a
+# helper added later is covered without a list to keep up to date.
+HARNESS_MODULES = ("kbv.sandbox.timers", "kbv.sandbox.integrity", "kbv.sandbox.wire", "kbv.sandbox.memory",
+                   "kbv.sandbox.own_kernels", "kbv.sandbox.elf", "kbv.sandbox.profiling", "kbv.sandbox.l2",
+                   "kbv.sandbox.devicewatch", "kbv.sandbox.guards", "kbv.sandbox.code_origin", "kbv.sandbox.jit_cache")
+
 
 def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
+    """Name -> getter of everything whose identity and code the tamper check compares: timing,
+    comparison and tensor primitives; everything `HARNESS_MODULES` define (imported here, before any
+    candidate code), as `module.name` and `module.Class.method`; and the child's own module and
+    `Child`'s methods (the child runs as __main__), as `child.name` and `Child.method`."""
+    import importlib
     import json
 
     import torch
@@ -60,127 +81,67 @@ def _protected(child_cls: type | None) -> dict[str, Callable[[], Any]]:
         "json.dumps": lambda: json.dumps,
         "os.write": lambda: os.write,
     }
-    if "kbv.sandbox.l2" in sys.modules:  # the persisting-L2 control's methods (bound when the clock was made)
-        for name in ("reset", "state"):
-            table[f"kbv.sandbox.l2.PersistingL2.{name}"] = functools.partial(
-                lambda n: getattr(sys.modules["kbv.sandbox.l2"].PersistingL2, n), name)
-    if child_cls is not None:  # the harness's own command handlers (the child runs as __main__)
+    for name in HARNESS_MODULES:
+        # looked up in sys.modules at every check: a module replaced there is noticed too
+        table.update(_definitions(importlib.import_module(name), name, functools.partial(sys.modules.get, name)))
+    if child_cls is not None:
         module = sys.modules[child_cls.__module__]
-        for name in ("reply", "op_forward", "op_time", "op_time_block", "op_memory", "op_attribution", "op_bandwidth",
-                     "op_warmup", "op_replay", "_window", "_copy_out", "_inputs"):
-            table[f"Child.{name}"] = functools.partial(lambda n: getattr(child_cls, n), name)
-        for name in ("serve", "_error_reply"):
-            table[f"child.{name}"] = functools.partial(lambda n: getattr(module, n), name)
-    for mod, names in (("kbv.sandbox.timers", ("time_block", "time_kernelbench", "warm_up", "copy_bandwidth",
-                                               "_call_ms", "measure_window_costs", "Window", "WindowCosts",
-                                               "_time_cuda_events", "_time_host_synchronised", "_time_do_bench",
-                                               "_time_host", "_flush_ms")),
-                       # what says whose kernels ran (attribution) and what a model holds (memory)
-                       ("kbv.sandbox.provenance", ("own_kernels", "candidate_libraries", "triton_kernels",
-                                                   "mapped_files")),
-                       ("kbv.sandbox.elf", ("kernel_entries", "read_symbols")),
-                       ("kbv.sandbox.profiling", ("profile_forward", "_device_kernels")),
-                       ("kbv.sandbox.integrity", ("changed", "overlapping", "snapshot", "describe_output", "write_late",
-                                                  "unjoined_work", "state_print")),
-                       ("kbv.sandbox.wire", ("send_reply", "write_frame", "map_tensor")),
-                       ("kbv.sandbox.memory", ("measure_forward", "with_first_call", "held_since", "read_levels",
-                                               "first_call_window", "FirstCall"))):
-        for name in names:
-            table[f"{mod}.{name}"] = functools.partial(lambda m, n: getattr(sys.modules[m], n), mod, name)
+        table.update(_definitions(module, "child", lambda: module, skip=child_cls))
+        table.update(_methods(child_cls, "Child", lambda: child_cls))
     return table
+
+
+def _definitions(module: Any, prefix: str, owner: Callable[[], Any], skip: Any = None) -> dict[str, Callable[[], Any]]:
+    """Getters of the functions and classes `module` defines and of those classes' methods, named
+    `prefix.name` and `prefix.Class.method`; `owner()` gives the module as it is now."""
+    table: dict[str, Callable[[], Any]] = {}
+    for name, obj in list(vars(module).items()):
+        defined = isinstance(obj, (types.FunctionType, type)) or hasattr(obj, "__wrapped__")  # lru_cache'd too
+        if obj is skip or not defined or getattr(obj, "__module__", None) != module.__name__:
+            continue
+        table[f"{prefix}.{name}"] = functools.partial(_member, owner, name)
+        if isinstance(obj, type):
+            table.update(_methods(obj, f"{prefix}.{name}", functools.partial(_member, owner, name)))
+    return table
+
+
+def _methods(cls: type, prefix: str, owner: Callable[[], Any]) -> dict[str, Callable[[], Any]]:
+    return {f"{prefix}.{name}": functools.partial(_member, owner, name) for name, obj in list(vars(cls).items())
+            if isinstance(obj, (types.FunctionType, staticmethod, classmethod, property))}
+
+
+def _member(owner: Callable[[], Any], name: str) -> Any:
+    """`name` in `owner()`'s own namespace: a class's raw attribute (a classmethod bound at each access
+    would never be the same object twice)."""
+    return vars(owner()).get(name)
+
+
+def _code_of(obj: Any) -> Any:
+    """The code object a protected function runs (of a static or class method, a property's getter, a
+    cache's function), compared too: a function can keep its identity and change its body."""
+    code = getattr(obj, "__code__", None)
+    if code is None and not isinstance(obj, type):
+        inner = getattr(obj, "__func__", None) or getattr(obj, "fget", None) or getattr(obj, "__wrapped__", None)
+        code = getattr(inner, "__code__", None)
+    return code
 
 
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
-               "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench", "kbv.sandbox.timers.warm_up",
-               "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.measure_window_costs", "kbv.sandbox.timers.Window",
-               "kbv.sandbox.timers.WindowCosts", "kbv.sandbox.timers._time_cuda_events",
+               "kbv.sandbox.timers.Clock", "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench",
+               "kbv.sandbox.timers.warm_up", "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.measure_window_costs",
+               "kbv.sandbox.timers.Window", "kbv.sandbox.timers.WindowCosts", "kbv.sandbox.timers._time_cuda_events",
                "kbv.sandbox.timers._time_host_synchronised", "kbv.sandbox.timers._time_do_bench",
-               "kbv.sandbox.timers._time_host", "kbv.sandbox.timers._flush_ms", "Child.op_time_block", "Child.op_time", "Child.op_warmup",
-               "Child.op_replay", "Child._window", "kbv.sandbox.l2.PersistingL2.reset", "kbv.sandbox.l2.PersistingL2.state")
+               "kbv.sandbox.timers._do_bench_estimate", "kbv.sandbox.timers._time_host", "kbv.sandbox.timers._flush_ms",
+               "Child.op_time_block", "Child.op_time", "Child.op_warmup", "Child.op_replay", "Child._window",
+               "kbv.sandbox.l2.PersistingL2")
 
 
 def is_timer(name: str) -> bool:
-    return name in TIMER_NAMES or name.startswith("Clock.")
-
-
-class Provenance:
-    """Whose code a stack or a callable is, by the file its code was compiled from: torch's own
-    package's, the standard library's, another installed library's (site-packages: tqdm, Triton), or
-    anyone else's (the candidate's file, code it exec'd or wrote, kbv itself). Torch starts threads
-    and processes of its own (Inductor's compile thread pool and worker subprocesses, its C++
-    compiler runs, its ISA probes, tqdm's monitor behind max-autotune's progress bars) when the
-    candidate calls `torch.compile` or a compiled function; those are not the candidate's.
-
-    A torch helper the candidate calls directly passes the stack rule too, so what a thread runs is
-    checked as well: a target or a pool task of anyone else's code is the candidate's. TODO: a
-    process torch's code starts on a command line the candidate chose (a helper called with its own
-    argv) would pass; we know of no such use in the wild."""
-
-    def __init__(self, torch_dir: str) -> None:
-        import site
-        import sysconfig
-
-        paths = sysconfig.get_paths()
-        self.stdlib = tuple({os.path.join(paths[k], "") for k in ("stdlib", "platstdlib")})
-        # where libraries are installed, never a name alone: a candidate's `$TMPDIR/site-packages/x.py` is its own
-        sites = [paths["purelib"], paths["platlib"], *site.getsitepackages(), site.getusersitepackages()]
-        self.libraries = tuple({os.path.join(p, "") for d in sites for p in (d, os.path.realpath(d))})
-        self.torch = os.path.join(torch_dir, "")
-        self.kbv = os.path.join(os.path.dirname(os.path.dirname(__file__)), "")  # installed or not: not a library
-
-    def origin(self, filename: str) -> str:
-        """'torch', 'stdlib', 'library' or 'other' for a code object's `co_filename`."""
-        if filename.startswith(self.torch):
-            return "torch"
-        if filename.startswith(self.kbv):
-            return "other"
-        if filename.startswith(self.libraries):
-            return "library"
-        if filename.startswith("<frozen ") or filename.startswith(self.stdlib):
-            return "stdlib"
-        return "other"
-
-    def torch_started(self, frame: Any) -> bool:
-        """Whether the innermost frame of `frame`'s stack that is neither the standard library's nor
-        another library's is torch's: torch asked for the thread or process (itself, or through a
-        library it calls), not the candidate calling threading, subprocess or a library itself.
-        The guards' own wrappers (of `ThreadPoolExecutor.submit`, say) are passed over like the
-        standard library they wrap."""
-        while frame is not None:
-            filename = frame.f_code.co_filename
-            origin = self.origin(filename)
-            if origin == "torch":
-                return True
-            if origin == "other" and filename != __file__:
-                return False
-            frame = frame.f_back
-        return False
-
-    def foreign(self, fn: Any) -> bool:
-        """Whether `fn` (a thread's target or run, a pool task) runs code of neither torch, the
-        standard library nor another installed library. Partials and bound methods are unwrapped; a
-        callable without Python code (a builtin, an extension's function) is judged by its module."""
-        while isinstance(fn, functools.partial):
-            fn = fn.func
-        fn = getattr(fn, "__func__", fn)
-        code = getattr(fn, "__code__", None) or getattr(getattr(type(fn), "__call__", None), "__code__", None)
-        if code is not None:
-            return self.origin(code.co_filename) == "other"
-        module = sys.modules.get(str(getattr(fn, "__module__", None) or "").split(".")[0])
-        if module is None:
-            return True
-        if module.__name__ in sys.stdlib_module_names:  # builtins, time: no file of their own
-            return False
-        return self.origin(str(getattr(module, "__file__", None) or "")) == "other"
-
-    def torch_thread(self, thread: threading.Thread, frame: Any) -> bool:
-        """Whether `thread`, being started from `frame`, is torch's own: started by torch's code,
-        running no code of the candidate's."""
-        run = type(thread).run
-        target = getattr(thread, "_target", None)
-        return (self.torch_started(frame) and (run is threading.Thread.run or not self.foreign(run))
-                and (target is None or not self.foreign(target)))
+    """Whether a tampered name is a timing primitive (timer_patch) rather than other harness code
+    (harness_patch): one of TIMER_NAMES, a method of one (`kbv.sandbox.l2.PersistingL2.reset`), or
+    one the clock bound itself (`Clock.perf_counter`)."""
+    return name in TIMER_NAMES or name.rpartition(".")[0] in TIMER_NAMES or name.startswith("Clock.")
 
 
 class Guards:
@@ -200,28 +161,31 @@ class Guards:
         self._lock = threading.Lock()
         self._snapshot: dict[str, Any] = {}
         self._getters: dict[str, Callable[[], Any]] = {}
+        self._codes: dict[str, Any] = {}
+        self._pools: set[type] = set()  # pool classes whose submit is checked
 
     # -- installation ---------------------------------------------------------------------------
     def install(self, child_cls: type | None = None) -> None:
         import torch
 
-        import kbv.sandbox.elf  # noqa: F401
-        import kbv.sandbox.integrity  # noqa: F401
-        import kbv.sandbox.memory  # noqa: F401  (bound before the candidate can reach it)
-        import kbv.sandbox.profiling  # noqa: F401
-        import kbv.sandbox.provenance  # noqa: F401
-        import kbv.sandbox.timers  # noqa: F401
-
-        self.provenance = Provenance(os.path.dirname(torch.__file__))
-        self._getters = _protected(child_cls)
-        self._snapshot = {k: _safe(g) for k, g in self._getters.items()}
+        self.provenance = Provenance(os.path.dirname(torch.__file__), self.allowed)
+        self.snapshot(child_cls)
         sys.addaudithook(self._audit)
         self._wrap_extension_loaders()
         self._wrap_triton()
         self._wrap_thread_start()
-        self._wrap_pool_submit()
+        from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+        self._wrap_pool_submit(ThreadPoolExecutor)
+        self._wrap_pool_submit(ProcessPoolExecutor)
         # a function can keep its identity and change its body: its code object is guarded too
-        self._codes = {k: getattr(v, "__code__", None) for k, v in self._snapshot.items()}
+        self._codes = {k: _code_of(v) for k, v in self._snapshot.items()}
+
+    def snapshot(self, child_cls: type | None = None) -> None:
+        """Bind the tamper table (`_protected`) and what it holds now, before any candidate code."""
+        self._getters = _protected(child_cls)
+        self._snapshot = {k: _safe(g) for k, g in self._getters.items()}
+        self._codes = {k: _code_of(v) for k, v in self._snapshot.items()}
 
     def _wrap_thread_start(self) -> None:
         import _thread
@@ -257,51 +221,76 @@ class Guards:
 
     def _torch_raw_thread(self, args: tuple[Any, ...], frame: Any) -> bool:
         try:
-            return (self.provenance is not None and bool(args) and self.provenance.torch_started(frame)
-                    and not self.provenance.foreign(args[0]))
+            return (self.provenance is not None and bool(args) and self.provenance.compile_started(frame)
+                    and not self.provenance.hands_over_foreign(args[0], *args[1:3]))
         except Exception:
             return False
 
-    def _wrap_pool_submit(self) -> None:
-        """A task the candidate hands to a thread pool that is already running (Inductor's, started
-        by torch) starts no thread: the task itself is checked."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        original = ThreadPoolExecutor.submit
+    def _wrap_pool_submit(self, pool_cls: type) -> None:
+        """A task handed to a pool that is already running (Inductor's, started by torch) starts no
+        thread or process: the task itself is checked, with the stack that handed it over."""
+        if pool_cls in self._pools:
+            return
+        self._pools.add(pool_cls)
+        original = pool_cls.submit
         guards = self
+        torchs = self.provenance is not None and self.provenance.origin(original.__code__.co_filename) == "torch"
 
         @functools.wraps(original)
-        def submit(pool: ThreadPoolExecutor, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            if guards.phase not in ("harness", "startup") and guards._foreign(fn):
+        def submit(pool: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            frame = sys._getframe(1)
+            if guards.phase not in ("harness", "startup") and not guards._torch_task(fn, args, kwargs, frame, torchs):
                 task = fn.func if isinstance(fn, functools.partial) else fn
                 name = getattr(task, "__qualname__", None) or type(task).__name__
-                guards._note("thread_injection", f"{name!r} handed to a thread pool during {guards.phase}")
+                guards._note("thread_injection", f"{name!r} handed to a {type(pool).__name__} during {guards.phase}")
             return original(pool, fn, *args, **kwargs)
 
-        ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+        pool_cls.submit = submit  # type: ignore[attr-defined]
 
-    def _foreign(self, fn: Any) -> bool:
+    def _torch_task(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], frame: Any, entered: bool) -> bool:
         try:
-            return self.provenance is None or self.provenance.foreign(fn)
+            return self.provenance is not None and self.provenance.torch_task(fn, args, kwargs, frame, entered)
         except Exception:
-            return True
+            return False
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.phase == "harness":
-            return
         try:
+            # these two in every phase: a finaliser of the candidate's can run during the harness's
+            if event in _CODE_EVENTS:
+                self._note_code(event, args, sys._getframe(1))
+                return
+            if event in _PROCESS_EVENTS:
+                self._wrap_worker_pool()
+            if self.phase == "harness":
+                return
             if event == "open" and len(args) >= 2 and isinstance(args[1], str) and any(m in args[1] for m in _WRITE_MODES):
                 self._check_write(args[0])
             elif event in ("os.remove", "os.rename", "os.rmdir", "shutil.rmtree", "os.truncate"):
                 self._check_write(args[0])
             elif event in ("subprocess.Popen", "os.posix_spawn", "os.exec", "os.spawn"):
                 self._check_process(args, sys._getframe(1))
-            elif event in ("os.fork", "os.forkpty", "os.system") and not self._torch_started(sys._getframe(1)):
+            elif event in ("os.fork", "os.forkpty") and not self._compile_started(sys._getframe(1)):
                 self._note("process_escape", f"{event} during {self.phase}")
+            elif event == "os.system":  # a shell runs any command line: torch's compile machinery never asks for one
+                self._note("process_escape", f"os.system({str(args[0])[:200]!r}) during {self.phase}")
             elif event == "socket.connect":
                 self._note("process_escape", f"network connection to {args[1]!r} during {self.phase}")
         except Exception:  # an audit hook must never break the candidate's own call
             pass
+
+    def _note_code(self, event: str, args: tuple[Any, ...], frame: Any) -> None:
+        """Code compiled or made under a file name of torch's, the standard library's or a library's
+        that is not that file's is forged (`Provenance.note_compiled`, `note_made`)."""
+        if self.provenance is None:
+            return
+        if event == "compile":
+            self.provenance.note_compiled(args[0], args[1], frame)
+        elif event == "code.__new__":  # CodeType(...) or code.replace(...): (code bytes, filename, name, ...)
+            self.provenance.note_made(args[1], frame)
+        elif event in ("exec", "function.__new__"):  # exec/eval of a code object, FunctionType(code, ...)
+            self.provenance.note_made(getattr(args[0], "co_filename", None), frame)
+        elif args[1] == "__code__":  # object.__setattr__(function, "__code__", code)
+            self.provenance.note_made(getattr(args[2], "co_filename", None), frame)
 
     def _check_write(self, path: Any) -> None:
         if isinstance(path, int):
@@ -325,13 +314,30 @@ class Guards:
             # that differ from machine to machine; later calls have no reason to start anything
             self.spawned_while_compiling.append(" ".join(words)[:200] or path)
             return
-        if self._torch_started(frame):  # Inductor's compile workers and probes, at any call (a recompile)
+        if self._torch_process(words or [path], frame):  # Inductor's workers and probes, at a recompile
             return
         self._note("process_escape", f"started process {' '.join(words)[:200] or path!r} during {self.phase}")
 
-    def _torch_started(self, frame: Any) -> bool:
+    def _wrap_worker_pool(self) -> None:
+        """Inductor's compile-worker pool (`SubprocPool`) runs what it is handed in its worker
+        process: its submit is checked like a thread pool's. Its module is torch's to import (late,
+        and dear to import here); a pool exists only once its worker process has been started, so
+        the first process started after that import wraps it."""
+        module = sys.modules.get("torch._inductor.compile_worker.subproc_pool")
+        pool_cls = getattr(module, "SubprocPool", None)
+        if isinstance(pool_cls, type) and pool_cls not in self._pools:
+            self._wrap_pool_submit(pool_cls)
+
+    def _torch_process(self, words: list[str], frame: Any) -> bool:
         try:
-            return self.provenance is not None and self.provenance.torch_started(frame)
+            return (self.provenance is not None and self.provenance.torch_started(frame)
+                    and self.provenance.torch_command(words))
+        except Exception:
+            return False
+
+    def _compile_started(self, frame: Any) -> bool:
+        try:
+            return self.provenance is not None and self.provenance.compile_started(frame)
         except Exception:
             return False
 
@@ -401,7 +407,7 @@ class Guards:
         out = []
         for name, getter in self._getters.items():
             now = _safe(getter)
-            if now is not self._snapshot.get(name) or getattr(now, "__code__", None) is not self._codes.get(name):
+            if now is not self._snapshot.get(name) or _code_of(now) is not self._codes.get(name):
                 out.append(name)
         return out
 
