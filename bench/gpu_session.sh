@@ -11,7 +11,7 @@
 # onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. AUDIT_FILES picks a slice of the
-# CUDA-L1 audit (LEVEL/FILE globs). `pairs` runs throughput's
+# CUDA-L1 audit (LEVEL/FILE globs); `focus` runs the corpus pairs of FOCUS_FILES in a run of their own. `pairs` runs throughput's
 # full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
 # `bwrap-site` unpacks .dev/bubblewrap_*.deb (fetch it on a machine with Debian's packages:
 # `apt-get download bubblewrap` into .dev/, which git ignores; carry .dev) with `dpkg -x` and puts its
@@ -140,6 +140,12 @@ for s in "$@"; do
         --device cuda --run /tmp/kbv-audit-run --timer-budget "${AUDIT_BUDGET:-3}"
       $KBV report /tmp/kbv-audit-run --format json > "$OUT/audit.json" 2>/dev/null
       cp /tmp/kbv-audit-run/kbv.sqlite* "$OUT/audit/" ;;
+    focus) rm -rf /tmp/kbv-focus /tmp/kbv-focus-run; mkdir -p /tmp/kbv-focus  # a few corpus pairs, a run of their own
+      for f in ${FOCUS_FILES:-level2/34_*}; do for g in .dev/cuda_l1/candidates/$f; do
+        d="/tmp/kbv-focus/${g#.dev/cuda_l1/candidates/}"; mkdir -p "$(dirname "$d")"; cp "$g" "$d"; done; done
+      step focus "${FOCUS_LIMIT:-240}" $KBV eval /tmp/kbv-focus --problems .dev/cuda_l1/problems --protocol both \
+        --device cuda --run /tmp/kbv-focus-run --timer-budget "${AUDIT_BUDGET:-3}"
+      $KBV report /tmp/kbv-focus-run --format json > "$OUT/focus.json" 2>/dev/null ;;
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
         --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-24}" \
         --out "$OUT/agreement.json" ;;

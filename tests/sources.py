@@ -1,9 +1,10 @@
 """Source texts of the problems and candidates the tests write into their own directories.
 
-C++ builds cost 30-45 s on a CPU box, so the whole suite uses exactly four C++ sources: `CPP_RELU`
-(an honest CPU ReLU), `CPP_BROKEN` (a compile error), and two that build at import as generated
-kernels do besides `load_inline`: `CPP_RELU_FROM_FILES` (sources written to a temporary directory,
-then `load`) and `CPP_BROKEN_WITH_FALLBACK` (a failed build caught, PyTorch instead). Reuse these
+C++ builds cost 30-45 s on a CPU box, so the whole suite uses exactly five C++ sources: `CPP_RELU`
+(an honest CPU ReLU), `CPP_BROKEN` (a compile error), and three that build as generated
+kernels do besides `load_inline` at import: `CPP_RELU_FROM_FILES` (sources written to a temporary directory,
+then `load`), `CPP_BROKEN_WITH_FALLBACK` (a failed build caught, PyTorch instead) and
+`CPP_BROKEN_IN_INIT` (the same, built in the constructor). Reuse these
 strings, never variants of them: the session's build cache (the `cache_dir` fixture) is keyed by the
 candidate's source.
 """
@@ -292,6 +293,38 @@ class ModelNew(nn.Module):
         if relu_ext is None:
             return torch.relu(x)
         return relu_ext.relu_forward(x)
+'''
+
+# The same failed build, made in the constructor (as generated kernels often do): the build phase
+# constructs the candidate to build it
+CPP_BROKEN_IN_INIT = '''\
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    return kbv_undeclared_in_init(x);
+}
+"""
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = None
+        try:
+            self.ext = load_inline(name="kbv_test_broken_in_init", cpp_sources=cpp_source,
+                                   functions=["relu_forward"], verbose=False)
+        except RuntimeError as exc:
+            print(f"the extension failed to build, PyTorch instead: {str(exc)[:80]}")
+
+    def forward(self, x):
+        if self.ext is None:
+            return torch.relu(x)
+        return self.ext.relu_forward(x)
 '''
 
 # -- other backends (never built or run on CPU) --------------------------------------------------

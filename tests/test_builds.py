@@ -23,7 +23,7 @@ from kbv.placement import BUILD_NICE, CorePlan, Isolation
 from kbv.problems import Problem
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
-from sources import CPP_BROKEN_WITH_FALLBACK, CPP_RELU, CPP_RELU_FROM_FILES
+from sources import CPP_BROKEN_IN_INIT, CPP_BROKEN_WITH_FALLBACK, CPP_RELU, CPP_RELU_FROM_FILES
 
 # A "build" that compiles nothing: the regex that makes it a C++ candidate matches the comment. At
 # import, it writes down where and how it runs.
@@ -205,7 +205,8 @@ def import_builds(tmp_path_factory: pytest.TempPathFactory, relu_problems: Path,
     cxx.parent.mkdir(parents=True)
     cxx.write_text(LOGGED_CXX)
     cxx.chmod(0o755)
-    codes = {"from_files": CPP_RELU_FROM_FILES, "fallback": CPP_BROKEN_WITH_FALLBACK}
+    codes = {"from_files": CPP_RELU_FROM_FILES, "fallback": CPP_BROKEN_WITH_FALLBACK,
+             "in_init": CPP_BROKEN_IN_INIT}
     cands = write_tree(root / "candidates", {f"19_ReLU__{k}.py": code for k, code in codes.items()})
     logs = {k: _compile_log(cache_dir, code) for k, code in codes.items()}
     seen = {k: log.read_text().splitlines() if log.exists() else [] for k, log in logs.items()}
@@ -261,3 +262,14 @@ def test_a_build_that_failed_inside_the_candidates_own_try_is_replayed_not_compi
     assert compiles["fallback"] == []
     assert verdicts[("fallback", "standard")].status is Status.CORRECT, verdicts[("fallback", "standard")].message
     assert verdicts[("fallback", "verified")].status is Status.NO_CUSTOM_KERNEL, verdicts[("fallback", "verified")].message
+
+
+@pytest.mark.slow
+def test_a_build_the_constructor_makes_is_made_in_the_build_phase_not_on_a_lane(
+        import_builds: tuple[dict[tuple[str, str], Verdict], dict[str, list[str]]]) -> None:
+    """`load_inline` in `ModelNew.__init__`: the build phase constructs the candidate with the problem's
+    init inputs, so its evaluation children replay the recorded failure and compile nothing."""
+    verdicts, compiles = import_builds
+    assert compiles["in_init"] == []
+    assert verdicts[("in_init", "standard")].status is Status.CORRECT, verdicts[("in_init", "standard")].message
+    assert verdicts[("in_init", "verified")].status is Status.NO_CUSTOM_KERNEL, verdicts[("in_init", "verified")].message

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kbv.api import EvalConfig, evaluate
-from kbv.candidates import Backend, Pairing, detect_backend, has_code, load_candidates
+from kbv.candidates import Backend, Pairing, compiles_when_constructed, detect_backend, has_code, load_candidates
 from kbv.errors import CandidateSourceError, UsageError
 from kbv.problems import Problem, load_problems
 from sources import (CPP_BROKEN, CPP_RELU, CPP_RELU_FROM_FILES, CUDA_RELU, HONEST_LINEAR, HONEST_RELU,
@@ -223,3 +223,18 @@ def test_no_code_detection(tmp_path: Path, problems: list[Problem]) -> None:
     assert flags == [True, True, True, False]
     root = write_tree(tmp_path / "dir", {"3_Linear.py": NO_CODE})
     assert load_candidates(root, problems).pairs[0].candidate.no_code
+
+
+def test_a_candidate_that_builds_in_its_constructor_is_told_from_one_that_builds_at_import() -> None:
+    """The build phase constructs only the candidates whose extension is built in a function."""
+    at_import = "from torch.utils.cpp_extension import load_inline\next = load_inline(name='e', cpp_sources='')\n"
+    in_init = ("import torch.utils.cpp_extension as ce\nclass ModelNew:\n    def __init__(self):\n"
+               "        self.ext = ce.load_inline(name='e', cpp_sources='')\n")
+    loads_files = ("from torch.utils.cpp_extension import load\nclass ModelNew:\n    def __init__(self):\n"
+                   "        self.ext = load(name='e', sources=['k.cpp'])\n")
+    other_load = "import json\ndef f(p):\n    return json.load(open(p))\n"
+    assert not compiles_when_constructed(at_import)
+    assert compiles_when_constructed(in_init)
+    assert compiles_when_constructed(loads_files)
+    assert not compiles_when_constructed(other_load)
+    assert not compiles_when_constructed("def broken(:\n")

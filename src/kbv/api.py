@@ -30,7 +30,7 @@ from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.placement import CorePlan, Quiet, current_plan, off_lanes, parse_isolation
-from kbv.problems import load_problems, out_of_memory
+from kbv.problems import Problem, load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.sandbox.isolation import SandboxMode, check_strict
 from kbv.sandbox.isolation import resolve as resolve_isolation
@@ -253,11 +253,15 @@ def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = Non
     from kbv.builds import BuildPool, needs_build
 
     settings = _settings(config, _devices(config)[0])
+    problems: dict[Candidate, Problem | None] = {}
     if candidates is None:
-        candidates = [p.candidate for p in load_candidates(config.candidates, load_problems(config.problems)).pairs]
+        for pair in load_candidates(config.candidates, load_problems(config.problems)).pairs:
+            problems.setdefault(pair.candidate, pair.problem)
+    else:
+        problems = dict.fromkeys(candidates)
     pool = BuildPool(settings)
     try:
-        futures = [pool.build(c) for c in dict.fromkeys(candidates) if needs_build(c) and not c.no_code]
+        futures = [pool.build(c, p) for c, p in problems.items() if needs_build(c) and not c.no_code]
         return [f.result() for f in futures]
     finally:
         pool.shutdown(wait=True)

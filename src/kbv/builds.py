@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbv.candidates import Backend, Candidate
+from kbv.candidates import Backend, Candidate, compiles_when_constructed
 from kbv.pch import installation_key
 from kbv.placement import CorePlan, Holds, current_plan, enter_build_thread
 from kbv.sandbox import ChildFailure, ChildSpec, Sandbox
@@ -38,6 +38,7 @@ from kbv.verdict import Status
 
 if TYPE_CHECKING:
     from kbv.candidates import Pair
+    from kbv.problems import Problem
 
 _MARKER = "build.json"
 # An import that failed for one of these reasons on a GPU-less worker is retried by the evaluator.
@@ -100,8 +101,10 @@ def needs_build(candidate: Candidate) -> bool:
 
 
 def build_candidate(candidate: Candidate, settings: Settings, label: str,
-                    options: BuildOptions = BuildOptions()) -> Build:
-    """Build `candidate` (or find it built). Never raises for a bad candidate."""
+                    options: BuildOptions = BuildOptions(), problem: Problem | None = None) -> Build:
+    """Build `candidate` (or find it built). One that compiles in its constructor rather than at
+    import (`compiles_when_constructed`) is also constructed, with `problem`'s init inputs where given.
+    Never raises for a bad candidate."""
     prepared = prepare_candidate(candidate, settings)
     if not needs_build(candidate):
         return prepared
@@ -110,7 +113,8 @@ def build_candidate(candidate: Candidate, settings: Settings, label: str,
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build of a key at a time, across runs too
         if marker.exists():
             return _from_marker(prepared, marker)
-        result = _run_build(prepared, settings, label, options)
+        construct = problem is not None and compiles_when_constructed(candidate.code)
+        result = _run_build(prepared, settings, label, options, problem if construct else None)
         if result.status in (None, Status.COMPILE_ERROR):
             marker.write_text(json.dumps({"status": result.status.value if result.status else None,
                                           "message": result.message, "evidence": result.evidence,
@@ -127,7 +131,8 @@ def _from_marker(prepared: Build, marker: Path) -> Build:
                  refused=tuple(data.get("refused", ())))
 
 
-def _run_build(prepared: Build, settings: Settings, label: str, options: BuildOptions) -> Build:
+def _run_build(prepared: Build, settings: Settings, label: str, options: BuildOptions,
+               construct: Problem | None = None) -> Build:
     env = settings.compile_env()
     if options.ninja_jobs:
         env["MAX_JOBS"] = str(options.ninja_jobs)
@@ -144,7 +149,10 @@ def _run_build(prepared: Build, settings: Settings, label: str, options: BuildOp
             if holds is not None:
                 holds.add(sb.proc.pid)  # its own process group (and session): ninja and compilers too
             try:
-                sb.call({"op": "build", "path": str(prepared.candidate_path)}, settings.build_timeout_s,
+                cmd: dict[str, Any] = {"op": "build", "path": str(prepared.candidate_path)}
+                if construct is not None:  # its constructor compiles: the build constructs it too
+                    cmd["construct"] = {"code": construct.code, "origin": construct.origin}
+                sb.call(cmd, settings.build_timeout_s,
                         paused=holds.paused_s if holds is not None else None)
             finally:
                 cpu_s = sb.cpu_seconds()
@@ -201,10 +209,11 @@ class BuildPool:
         self._cpu_s = self._wall_s = 0.0
 
     def start(self, pair: Pair) -> Future[Build]:
-        return self.build(pair.candidate)
+        return self.build(pair.candidate, pair.problem)
 
-    def build(self, cand: Candidate) -> Future[Build]:
-        """The candidate's build (started now, or the one started before for the same content hash)."""
+    def build(self, cand: Candidate, problem: Problem | None = None) -> Future[Build]:
+        """The candidate's build (started now, or the one started before for the same content hash);
+        `problem`, the one it is paired with, for a candidate that compiles when constructed."""
         if cand.no_code or not needs_build(cand):
             done: Future[Build] = Future()
             done.set_result(prepare_candidate(cand, self.settings) if not cand.no_code else None)  # type: ignore[arg-type]
@@ -215,7 +224,7 @@ class BuildPool:
                 if self.settings.pch and len(self._futures) + 1 == PCH_MIN_BUILDS:
                     self._pool.submit(self._warm_headers)
                 self._queued[key] = cand.name
-                self._futures[key] = self._pool.submit(self._build, cand, key)
+                self._futures[key] = self._pool.submit(self._build, cand, key, problem)
             return self._futures[key]
 
     def _warm_headers(self) -> None:
@@ -226,13 +235,13 @@ class BuildPool:
         if not any((d / "ok").exists() for d in (self.settings.cache_dir / "pch").glob("*")):
             warm(self.settings.cache_dir, self.settings.cuda_arch_list, self.settings.build_timeout_s)
 
-    def _build(self, cand: Candidate, key: str) -> Build:
+    def _build(self, cand: Candidate, key: str, problem: Problem | None) -> Build:
         with self._lock:
             self._queued.pop(key, None)
             self._running[key] = (cand.name, time.monotonic())
             jobs = self._ninja_jobs()
         try:
-            build = build_candidate(cand, self.settings, key[:12], BuildOptions(jobs, self.holds))
+            build = build_candidate(cand, self.settings, key[:12], BuildOptions(jobs, self.holds), problem)
         finally:
             with self._lock:
                 self._running.pop(key, None)

@@ -14,6 +14,7 @@ Candidates that match no problem, or several, are reported in `Pairing.unpaired`
 
 from __future__ import annotations
 
+import ast
 import enum
 import io
 import json
@@ -96,6 +97,26 @@ def detect_backend(code: str) -> Backend:
                  r"from\s+torch\.utils\.cpp_extension\s+import\b[^\n]*\bload\b", code):
         return Backend.CPP
     return Backend.TORCH
+
+
+def compiles_when_constructed(code: str) -> bool:
+    """Whether a function or method of the source calls `load_inline` or cpp_extension's `load`: a
+    candidate that builds its extension in `ModelNew.__init__` (or later) rather than at import, which
+    the build phase must construct to build (`kbv.builds`)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if name == "load_inline" or (name == "load" and "cpp_extension" in code):
+                    return True
+    return False
 
 
 def has_code(code: str) -> bool:

@@ -100,27 +100,16 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity:
     by_dist: dict[str, list[TrialData]] = {}
     for t in ctx.trials:
         by_dist.setdefault(t.distribution, []).append(t)
-    unjudgeable = [why for trials in by_dist.values() if (why := _nondeterministic(ctx, trials[0], protocol))]
-    inapplicable = {d: why for d, trials in by_dist.items() if (why := _judges_nothing(trials[0])) is not None}
-    judged = {d: trials for d, trials in by_dist.items() if d not in inapplicable}
+    unjudgeable: list[str] = []
+    inapplicable: dict[str, str] = {}
+    judged: list[str] = []
     passes: dict[str, list[str]] = {}  # what passed -> the distributions it passed on
-    for dist, trials in judged.items():
-        first = trials[0]
-        for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
-            outputs = [make(b) for b in first.evaluation.baseline]
-            if all(o is not None for o in outputs) and _passes(outputs, first, protocol):
-                passes.setdefault(name, []).append(dist)
-        model = ctx.reference.build(first.weight_seed)
-        if len(trials) > 1:
-            other = ctx.reference.baseline_outputs(model, trials[1].inputs)
-            if _same_shapes(other, first) and _passes(other, first, protocol):
-                passes.setdefault("the output at other inputs", []).append(dist)
-            if sensitivity:
-                for k in _insensitive_inputs(ctx, model, first, trials[1], protocol):
-                    passes.setdefault(f"the output without input {k}", []).append(dist)
     for trials in by_dist.values():
-        for t in trials:
-            t.release()
+        try:  # one distribution's tensors at a time: a multi-GB problem's trials do not fit together
+            _screen_distribution(ctx, protocol, trials, sensitivity, unjudgeable, inapplicable, judged, passes)
+        finally:
+            for t in trials:
+                t.release()
     if not judged and not unjudgeable:
         unjudgeable.append("no input distribution judges anything: " + "; ".join(
             f"{d}: {why}" for d, why in inapplicable.items()))
@@ -134,6 +123,33 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity:
             flags.append(f"{name} passes on every distribution")
             unjudgeable.append(flags[-1])
     return Screen(tuple(flags), tuple(notes), tuple(unjudgeable), inapplicable)
+
+
+def _screen_distribution(ctx: PreparedProblem, protocol: VerifiedProtocol, trials: list[TrialData], sensitivity: bool,
+                         unjudgeable: list[str], inapplicable: dict[str, str], judged: list[str],
+                         passes: dict[str, list[str]]) -> None:
+    """Screen one distribution on its first trial (and its second's inputs), adding to the findings."""
+    first, dist = trials[0], trials[0].distribution
+    if (why := _nondeterministic(ctx, first, protocol)) is not None:
+        unjudgeable.append(why)
+    if (why := _judges_nothing(first)) is not None:
+        inapplicable[dist] = why
+        return
+    judged.append(dist)
+    for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
+        outputs = [make(b) for b in first.evaluation.baseline]
+        if all(o is not None for o in outputs) and _passes(outputs, first, protocol):
+            passes.setdefault(name, []).append(dist)
+        del outputs
+    if len(trials) > 1:
+        model = ctx.reference.build(first.weight_seed)
+        other = ctx.reference.baseline_outputs(model, trials[1].inputs)
+        if _same_shapes(other, first) and _passes(other, first, protocol):
+            passes.setdefault("the output at other inputs", []).append(dist)
+        del other
+        if sensitivity:
+            for k in _insensitive_inputs(ctx, model, first, trials[1], protocol):
+                passes.setdefault(f"the output without input {k}", []).append(dist)
 
 
 def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: VerifiedProtocol) -> str | None:

@@ -176,8 +176,35 @@ class Child:
             m.release()
 
     def op_build(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        _import_candidate(cmd["path"])
-        return {"built": True}
+        """Import the candidate; with `construct` (the problem's code and origin), also construct
+        ModelNew with the problem's init inputs, for the extension its constructor compiles. The model
+        is thrown away: what a construction here failed at (no GPU on a build worker) is no verdict."""
+        module = _import_candidate(cmd["path"])
+        if cmd.get("construct") is None:
+            return {"built": True}
+        return {"built": True, "constructed": self._construct_for_build(module, cmd["construct"])}
+
+    def _construct_for_build(self, module: types.ModuleType, problem: dict[str, str]) -> str:
+        """Construct the candidate once, as if a GPU were there (a constructor that compiles only when
+        `torch.cuda.is_available()`), on the CPU; what happened, in a few words."""
+        torch = self.torch
+        cls = getattr(module, "ModelNew", None)
+        if cls is None:
+            return "no ModelNew"
+        available = torch.cuda.is_available
+        try:
+            init_args = list(_exec_reference(problem["code"], problem["origin"]).get_init_inputs())
+            torch.cuda.is_available = lambda: True
+            with torch.no_grad():
+                # -------------------------------------------------------------------------------
+                # UNTRUSTED CODE RUNS HERE: the candidate's constructor (and the builds it makes).
+                # -------------------------------------------------------------------------------
+                cls(*init_args)
+            return "constructed"
+        except Exception as exc:  # a constructor that needs the device: its builds are recorded all the same
+            return f"{type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            torch.cuda.is_available = available
 
     def op_load(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Import and construct the model under `seed`; load `state_dict` when its keys and shapes agree."""
