@@ -46,10 +46,48 @@ def test_a_buffer_changed_as_the_reference_changed_its_own_is_not_a_finding_and_
     assert integrity_evidence({**reply, "integrity": {"params_mutated": renamed}}, reference) == {}
     stashed = {**honest, "bn.running_var": [[8], 812.5, 90011.0], "conv.weight": [[8, 3, 3, 3], 1.0, 2.0]}
     assert integrity_evidence({**reply, "integrity": {"params_mutated": stashed}}, reference) == {
-        Category.PARAMETER_MUTATED.value: "parameter(s) bn.running_var, conv.weight changed by the call"}
+        Category.PARAMETER_MUTATED.value: "parameter(s) conv.weight changed by the call; parameter(s) bn.running_var "
+                                          "changed by the call otherwise than the reference's own call changes them"}
     assert Category.PARAMETER_MUTATED.value in integrity_evidence(reply)  # a reference that changes nothing
     forged = {"params_mutated": {"bn.running_mean": "not a print"}}
     assert Category.PARAMETER_MUTATED.value in integrity_evidence({**reply, "integrity": forged}, reference)
+
+
+# the reference's state: Conv3d, then BatchNorm3d in training mode (its call updates its running statistics)
+STATE = ("conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
+         "bn.num_batches_tracked")
+BN_CHANGES = {"bn.running_mean": [[8], 0.04, 0.0003], "bn.running_var": [[8], 7.3, 6.67],
+              "bn.num_batches_tracked": [[], 1.0, 1.0]}
+
+
+def test_a_tensor_under_a_name_of_its_own_is_the_candidates_to_change():
+    """A scale and shift derived from BatchNorm's parameters, cached in buffers the candidate
+    registered itself and filled on its first call, mutate nothing of the model's; an output in such
+    a buffer is still one the next call overwrites."""
+    cached = {"bn_scale": [[8], 3.1, 2.2], "bn_shift": [[8], -0.4, 0.9]}
+    reply = {"outputs": [PLAIN], "integrity": {"params_mutated": cached}}
+    assert integrity_evidence(reply, BN_CHANGES, STATE) == {}
+    assert integrity_evidence(reply, {}, ()) == {}  # a reference without state: every tensor is the candidate's
+    returned = {"params_mutated": {"output_buffer": [[16, 8], 5.0, 9.0]}, "aliases_parameter": ["output_buffer"]}
+    assert integrity_evidence({**reply, "integrity": returned}, {}, STATE) == {
+        Category.ALIASES_PARAMETER.value: "the output shares storage with parameter(s) output_buffer"}
+
+
+def test_a_change_under_the_references_names_says_whether_the_reference_changes_it_too():
+    """Running statistics updated four times (warm-up calls before a CUDA graph capture) where the
+    reference's call updates them once are changed otherwise than that call does; a weight that the
+    reference's call leaves alone is simply changed."""
+    four = {"bn.running_mean": [[8], 0.15, 0.004], "bn.running_var": [[8], 7.9, 7.8],
+            "bn.num_batches_tracked": [[], 4.0, 16.0]}
+    reply = {"outputs": [PLAIN], "integrity": {"params_mutated": four}}
+    assert integrity_evidence(reply, BN_CHANGES, STATE) == {
+        Category.PARAMETER_MUTATED.value: "parameter(s) bn.running_mean, bn.running_var, bn.num_batches_tracked "
+                                          "changed by the call otherwise than the reference's own call changes them"}
+    scaled = {"params_mutated": {"conv.weight": [[8, 3, 3, 3, 3], 1.0, 2.0], "bn_scale": [[8], 3.1, 2.2]}}
+    assert integrity_evidence({**reply, "integrity": scaled}, BN_CHANGES, STATE) == {
+        Category.PARAMETER_MUTATED.value: "parameter(s) conv.weight changed by the call"}
+    assert integrity_evidence({**reply, "integrity": scaled}, {}, STATE) == {
+        Category.PARAMETER_MUTATED.value: "parameter(s) conv.weight changed by the call"}
 
 
 def test_python_threads_left_running_are_injection_from_the_first_call():

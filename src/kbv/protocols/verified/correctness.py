@@ -127,7 +127,9 @@ def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadli
     ev = trial.evaluation
     first = forward(sb, trial.inputs, ev.baseline, deadline, poison=float("nan"), checks=True, keep=True)
     second = forward(sb, trial.inputs, ev.baseline, deadline, poison=SENTINEL)
-    for cat, why in integrity_evidence(first.reply, ev.changes).items():
+    # the reference's names are its state_dict's (no KernelBench reference has a buffer outside it):
+    # a tensor of the candidate's under any other is its own
+    for cat, why in integrity_evidence(first.reply, ev.changes, trial.state.keys()).items():
         result.integrity.setdefault(cat, why)
     for cat, why in guard_evidence(first.reply.get("integrity") or {}).items():
         result.hacks.setdefault(cat, why)
