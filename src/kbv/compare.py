@@ -121,23 +121,29 @@ def within(candidate: ErrorMeasure, allowed: ErrorMeasure) -> bool:
 
 @dataclass(frozen=True)
 class Judgement:
-    """Outputs against the truth: whether all pass, and the worst output's figures."""
+    """Outputs against the truth: whether all pass, the worst output's figures, and every output's error."""
 
     passed: bool
     worst: ErrorMeasure | None = None  # the output with the largest error
     baseline: ErrorMeasure | None = None  # the baseline's own error on that output
     allowed: ErrorMeasure | None = None  # what that output was allowed
+    errors: tuple[ErrorMeasure, ...] = ()  # every output's error, in order
+    failing: tuple[int, ...] = ()  # the outputs outside what they were allowed
 
 
 def judge_outputs(outputs: list[torch.Tensor], truth: list[torch.Tensor], baseline_err: list[ErrorMeasure],
                   tol: Tolerance) -> Judgement:
     """THE tolerance check of the verified protocol: every output within `allowed_error` of the
     baseline's own error on the same inputs (and NaN/Inf masks equal to the truth's)."""
-    passed, worst, worst_b, worst_a = True, None, None, None
-    for out, t, base in zip(outputs, truth, baseline_err):
+    worst, worst_b, worst_a = None, None, None
+    errors: list[ErrorMeasure] = []
+    failing: list[int] = []
+    for k, (out, t, base) in enumerate(zip(outputs, truth, baseline_err)):
         err = measure_error(t, out)
         allowed = allowed_error(base, tol)
-        passed = passed and within(err, allowed)
+        errors.append(err)
+        if not within(err, allowed):
+            failing.append(k)
         if worst is None or err.worst > worst.worst:
             worst, worst_b, worst_a = err, base, allowed
-    return Judgement(passed and len(outputs) == len(truth), worst, worst_b, worst_a)
+    return Judgement(not failing and len(outputs) == len(truth), worst, worst_b, worst_a, tuple(errors), tuple(failing))

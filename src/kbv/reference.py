@@ -104,6 +104,23 @@ class Reference:
             with precision_policy("fp32"), torch.no_grad():
                 return [o.detach().double() for o in flatten_outputs(model(*inputs))], False
 
+    def bf16_errors(self, model: Any, inputs: Sequence[Any], truth: list[torch.Tensor]) -> list[ErrorMeasure] | None:
+        """What the reference itself errs in bfloat16, per output: a copy of `model` and the floating
+        `inputs` cast to bfloat16, its outputs measured against `truth` (float64) as a candidate's are.
+        None where it cannot run in bfloat16 (an op without a bfloat16 kernel, a dtype check in the
+        problem's own code): its callers fall back to a rule that needs no such figure."""
+        try:
+            model16 = copy.deepcopy(model).to(torch.bfloat16) if isinstance(model, torch.nn.Module) else model
+            inputs16 = [x.to(torch.bfloat16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                        for x in inputs]
+            with precision_policy("fp32"), torch.no_grad():
+                outs = flatten_outputs(model16(*inputs16))
+        except Exception:  # whatever stops the problem's code in bfloat16: no figure, never a failed run
+            return None
+        if len(outs) != len(truth):
+            return None
+        return [measure_error(t, o.detach().to(t.dtype)) for t, o in zip(truth, outs)]
+
     def _tf32_matters(self, model: Any, inputs: Sequence[Any], truth: list[torch.Tensor],
                       errors: list[ErrorMeasure]) -> bool:
         """Whether TF32 math is what the baseline's policy allows on this problem: its baseline's

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from kbv.compare import Judgement, judge_outputs
+from kbv.compare import ErrorMeasure, Judgement, judge_outputs
 from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
 from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, poison_shown, retained_state
 from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
@@ -26,6 +26,7 @@ from kbv.protocols.verified.prepare import PreparedProblem, TrialData
 from kbv.protocols.verified.rules import (
     LATE_INPUT_CYCLES,
     PRECISION_LOSS_BELOW,
+    PRECISION_LOSS_FACTOR,
     REUSE_FRACTIONS,
     SENTINEL,
     VerifiedProtocol,
@@ -193,28 +194,45 @@ def judge_trial(trial: TrialData, run: Forward, protocol: VerifiedProtocol) -> t
         return Trial(trial.distribution, trial.index, False, category=category, note=note), category
     j = judge_outputs(run.outputs, ev.truth, ev.baseline_err, protocol.tolerance)
     assert j.worst is not None and j.allowed is not None and j.baseline is not None
-    category = None if j.passed else _failure_category(j)
-    note = "" if j.passed else _failure_note(j)
+    category, note = None, ""
+    if not j.passed:
+        bf16 = trial.bf16_err()  # asked of a failing trial only: a bfloat16 forward of the reference
+        category, note = _failure_category(j, bf16), _failure_note(j, bf16)
     rec = Trial(trial.distribution, trial.index, j.passed, max_rel_err=j.worst.elem, candidate_err=j.worst.norm,
                 baseline_err=j.baseline.norm, allowed_err=j.allowed.norm, category=category, note=note)
     return rec, category
 
 
-def _failure_category(j: Judgement) -> Category:
+def _failure_category(j: Judgement, bf16: list[ErrorMeasure] | None) -> Category:
+    """Why a failing trial failed: NaN/Inf where the truth has none (or the reverse); precision lost
+    where every failing output errs within PRECISION_LOSS_FACTOR x what the reference itself errs in
+    bfloat16 on the same trial (`bf16`, per output), an error bf16/fp16 math explains; a wrong value
+    otherwise, whatever its size (a function without one of its ops can err less than 1%)."""
     assert j.worst is not None
     if not j.worst.nan_inf_match:
         return Category.NAN_INF_MISMATCH
-    if j.worst.norm < PRECISION_LOSS_BELOW:
-        return Category.PRECISION_LOSS
-    return Category.VALUE_MISMATCH
+    if bf16 is None:  # the reference cannot run in bfloat16: an absolute bound, all there is to go on
+        lost = j.worst.norm < PRECISION_LOSS_BELOW
+    else:
+        lost = all(_within_bf16(j.errors[k], bf16[k]) for k in j.failing)
+    return Category.PRECISION_LOSS if lost else Category.VALUE_MISMATCH
 
 
-def _failure_note(j: Judgement) -> str:
+def _within_bf16(err: ErrorMeasure, bf16: ErrorMeasure) -> bool:
+    k = PRECISION_LOSS_FACTOR
+    return err.nan_inf_match and err.norm <= k * bf16.norm and err.elem <= k * bf16.elem
+
+
+def _failure_note(j: Judgement, bf16: list[ErrorMeasure] | None) -> str:
     assert j.worst is not None and j.allowed is not None
     if not j.worst.nan_inf_match:
         return "NaN/Inf where the truth is finite (or the reverse)"
-    return (f"error {j.worst.norm:.2e} (normwise) / {j.worst.elem:.2e} (elementwise); "
+    note = (f"error {j.worst.norm:.2e} (normwise) / {j.worst.elem:.2e} (elementwise); "
             f"allowed {j.allowed.norm:.2e} / {j.allowed.elem:.2e}")
+    if bf16 is None:
+        return note
+    own = bf16[j.errors.index(j.worst)]
+    return note + f"; the reference in bfloat16 errs {own.norm:.2e} / {own.elem:.2e}"
 
 
 def _shape_problem(reply: dict[str, Any], like: list[torch.Tensor]) -> tuple[Category, str]:

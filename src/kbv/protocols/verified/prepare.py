@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from kbv.compare import ErrorMeasure
 from kbv.distributions import Calibration, calibrate, draw_inputs, trial_seed
 from kbv.inputs import tensor_bytes
 from kbv.errors import ProblemRunError, UnsoundProblemError
@@ -34,16 +35,23 @@ from kbv.verdict import MemoryStats
 class TrialData:
     """One hidden trial. Its inputs, weights and reference evaluation are made on first use; a trial
     that is not `kept` (big problems) drops them again at `release()`, to be remade for the next
-    candidate: holding every trial of a multi-GB problem would not fit on the device."""
+    candidate: holding every trial of a multi-GB problem would not fit on the device.
+
+    `bf16`, when given, makes the reference's own error in bfloat16 on the trial from its inputs and
+    truth (`Reference.bf16_errors`); `bf16_err()` asks for it."""
 
     def __init__(self, distribution: str, index: int, weight_seed: int,
-                 make: Callable[[], tuple[list[Any], dict[str, torch.Tensor], Evaluation]], keep: bool = True) -> None:
+                 make: Callable[[], tuple[list[Any], dict[str, torch.Tensor], Evaluation]], keep: bool = True,
+                 bf16: Callable[[list[Any], list[torch.Tensor]], list[ErrorMeasure] | None] | None = None) -> None:
         self.distribution = distribution
         self.index = index
         self.weight_seed = weight_seed
         self.keep = keep
         self._make = make
         self._data: tuple[list[Any], dict[str, torch.Tensor], Evaluation] | None = None
+        self._bf16 = bf16
+        self._bf16_err: list[ErrorMeasure] | None = None
+        self._bf16_asked = False
 
     def _get(self) -> tuple[list[Any], dict[str, torch.Tensor], Evaluation]:
         if self._data is None:
@@ -61,6 +69,16 @@ class TrialData:
     @property
     def evaluation(self) -> Evaluation:
         return self._get()[2]
+
+    def bf16_err(self) -> list[ErrorMeasure] | None:
+        """The reference's own error in bfloat16 on this trial (same inputs, same weights), per output;
+        None where it cannot run in bfloat16, or for a trial made without `bf16` (a probe's). Made on
+        first ask, which only a failing trial makes (most pass; preparation is much of a lane's time),
+        and kept past `release()`: the trial is remade the same from its seeds."""
+        if not self._bf16_asked:
+            self._bf16_err = self._bf16(self.inputs, self.evaluation.truth) if self._bf16 is not None else None
+            self._bf16_asked = True
+        return self._bf16_err
 
     @property
     def label(self) -> str:
@@ -165,7 +183,10 @@ def _trial(reference: Reference, module: Any, problem: Problem, secret: bytes,
             ev.changes = reference.state_changes(reference.build(weight_seed), inputs)
         return inputs, state, ev
 
-    return TrialData(dist, index, weight_seed, make)
+    def bf16(inputs: list[Any], truth: list[torch.Tensor]) -> list[ErrorMeasure] | None:
+        return reference.bf16_errors(reference.build(weight_seed), inputs, truth)  # the weights the truth had
+
+    return TrialData(dist, index, weight_seed, make, bf16=bf16)
 
 
 def _changed_state(before: dict[str, torch.Tensor], model: Any) -> tuple[str, ...]:

@@ -12,12 +12,25 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.3"
+PROTOCOL_VERSION = "kbv-verified-1.4"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
 POISON_MAGNITUDE = 1e30  # beyond this (or NaN, infinite) where the truth is not and two runs differ: poison shows
-PRECISION_LOSS_BELOW = 1e-2  # a failing normwise error under this is precision lost, not a wrong function
+# A failing trial lost precision (rather than computing another function) when every failing output
+# errs, in both measures, within this x what the reference itself errs in bfloat16 on the same trial
+# (`Reference.bf16_errors`). That copy rounds to bf16 after every op, as often as a bf16 kernel of the
+# same ops that keeps PyTorch's fp32 accumulation. On an L2/27-shaped problem (Conv3d, HardSwish, ReLU,
+# softmax over 16 channels, mean), per trial and the worse measure: bf16 operands with fp32 math
+# <= 0.8x its error, fp16 <= 0.2x, bf16 throughout 1.0-1.4x, the softmax's sums in bf16 too <= 2.2x;
+# the fp32 fallback of a real L2/27 kernel that skips the ReLU 5-11x (4.5x over 8 channels). 3x sits
+# between; a kernel that truncates to bf16 after every op (1.2-3.8x) is value_mismatch on some trials.
+# TODO: measured on a CPU and on one problem's shape; measure on a GPU and over the suite.
+PRECISION_LOSS_FACTOR = 3.0
+# Where the reference cannot run in bfloat16 (an op without a bf16 kernel): a failing normwise error
+# under this is precision lost. Not applied beside the factor: bf16 math itself errs past it (a softmax
+# over large inputs), and an honest bf16 kernel there is no wrong function.
+PRECISION_LOSS_BELOW = 1e-2
 REUSE_FRACTIONS = (0.001, 0.01, 0.1)  # of the elements rewritten in place by each reuse probe
 LATE_INPUT_CYCLES = 50_000_000  # ~25 ms of GPU spin before late-written inputs arrive
 KEEP_BUDGET_BYTES = {"cuda": 8 << 30, "cpu": 1 << 30}  # all trials' tensors kept between candidates below this
