@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kbv.protocols.verified.rules import SENTINEL
-from kbv.sandbox.integrity import _cpu_fill_flags, poisoned_allocations
+from kbv.sandbox.integrity import _cpu_fill_flags, aliased_names, changed_by_name, model_tensors, poisoned_allocations
 
 CPU = torch.device("cpu")
 
@@ -30,3 +30,33 @@ def test_the_allocator_flags_are_restored_on_the_way_out_even_after_a_raise():
     with pytest.raises(RuntimeError), poisoned_allocations(CPU, float("nan"), 0):
         raise RuntimeError("the candidate's forward raised")
     assert [f.value for f in flags] == [False, False]
+
+
+class _Swaps(torch.nn.Module):
+    """A model whose call replaces one buffer, writes another in place, and makes its output buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("replaced", torch.zeros(4))
+        self.register_buffer("written", torch.zeros(4))
+        self.register_buffer("kept", torch.ones(4))
+        self.register_buffer("out", None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.replaced = torch.full((4,), 2.0)  # a new tensor: the one listed before the call is untouched
+        self.written.add_(1.0)
+        self.out = x * 2
+        return self.out
+
+
+def test_a_call_that_replaces_a_buffer_changes_it_and_an_output_in_a_buffer_made_by_the_call_aliases_it():
+    """The model's tensors are read again by name after the call: a buffer replaced rather than written
+    in place is changed, and an output held in a buffer the first call made aliases that buffer (a model
+    rebuilt for every trial is checked on its first call only)."""
+    model = _Swaps()
+    names, tensors = model_tensors(model)
+    before = [t.clone() for t in tensors]
+    out = model(torch.ones(4))
+    assert set(changed_by_name(names, before, *model_tensors(model))) == {"replaced", "written"}
+    assert aliased_names([out], *model_tensors(model)) == ["out"]
+    assert aliased_names([out], names, tensors) == []  # what a list made before the call saw

@@ -336,11 +336,10 @@ class Child:
                 "flags_changed": self._flags_changed(),
                 "persisting_l2": self.clock.persisting_l2(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),
-                "params_mutated": {names[i]: ig.state_print(params[i]) for i in ig.changed(before_params, params)},
+                "params_mutated": ig.changed_by_name(names, before_params, *ig.model_tensors(self.model)),
                 "aliases_input": sorted({i for o in outs if isinstance(o, torch.Tensor)
                                          for i in ig.overlapping(o, tensors_in)}),
-                "aliases_parameter": sorted({names[i] for o in outs if isinstance(o, torch.Tensor)
-                                             for i in ig.overlapping(o, params)}),
+                "aliases_parameter": ig.aliased_names(outs, *ig.model_tensors(self.model)),
             }
         copied, delivered = self._deliver(outs, cmd, meta)
         return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report, **delivered}

@@ -43,6 +43,27 @@ def changed(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> li
             if b.shape != a.shape or not torch.equal(bitwise_view(b), bitwise_view(a))]
 
 
+def changed_by_name(names: Sequence[str], before: Sequence[torch.Tensor], names_after: Sequence[str],
+                    after: Sequence[torch.Tensor]) -> dict[str, list[Any]]:
+    """The model's tensors that a call changed, by name: name -> `state_print` of what it holds now.
+    Read after the call by name, so that a buffer the call replaced (rather than wrote in place) or
+    removed counts too; one the call added is new state, not a change of the model's."""
+    now = dict(zip(names_after, after))
+    return {n: state_print(now[n]) if n in now else [[0], 0.0, 0.0]  # a removed tensor reads as an empty one
+            for n, b in zip(names, before) if n not in now or _differs(b, now[n])}
+
+
+def _differs(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return (before.shape != after.shape or before.device != after.device or before.dtype != after.dtype
+            or not torch.equal(bitwise_view(before), bitwise_view(after)))
+
+
+def aliased_names(outs: Sequence[Any], names: Sequence[str], tensors: Sequence[torch.Tensor]) -> list[str]:
+    """The names of the model's tensors (as they are after the call: a buffer the call made too) that
+    share storage with an output."""
+    return sorted({names[i] for o in outs if isinstance(o, torch.Tensor) for i in overlapping(o, tensors)})
+
+
 def state_print(t: torch.Tensor) -> list[Any]:
     """[shape, sum, sum of squares] of a tensor in float64: what a changed parameter or buffer became,
     compared with what the reference's own call made of its state (BatchNorm's running statistics)."""
