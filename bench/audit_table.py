@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,19 @@ def _order(key: str) -> tuple[int, int, str]:
     return int(level.removeprefix("L")), int(head) if head.isdigit() else 0, key
 
 
-def write_page(rows: list[list[str]], total: int, out: Path) -> None:
+def summary(rows: list[list[str]], versions: list[str]) -> list[str]:
+    """What the table adds up to: verified statuses, how many flags were read, how many not borne out."""
+    statuses = Counter(row[3].split(" ")[0] for row in rows)
+    flagged = [row for row in rows if row[3] != "not run" and not row[3].startswith("verified")]
+    read = [row for row in flagged if not row[5].startswith("not yet read")]
+    untrue = [row for row in read if "NOT borne out" in row[5] or "untrue" in row[5]]
+    said = ", ".join(f"{n} {s}" for s, n in statuses.most_common())
+    return [f"Verified statuses: {said}. Flags read against the code: {len(read)} of {len(flagged)}; "
+            f"a status or category the code does not bear out: {len(untrue)} (each a bug of kbv's, fixed as the "
+            f"reason says). Protocol of the stored verdicts: {', '.join(versions) or '-'}.", ""]
+
+
+def write_page(rows: list[list[str]], total: int, out: Path, versions: list[str] | None = None) -> None:
     lines = ["# CUDA-L1's kernels under kbv: the false-positive audit", "",
              "Every kernel of the CUDA-L1 corpus (191 RL-generated kernels for KernelBench v0, with the speedups "
              "their authors claimed on an H100) through both protocols on an H200, under the bubblewrap sandbox. "
@@ -69,6 +82,7 @@ def write_page(rows: list[list[str]], total: int, out: Path) -> None:
              "says what the code shows. A flag the code does not bear out is a bug of kbv's.", "",
              f"Pairs run so far: {len(rows)} of {total}. Regenerate: `bash bench/gpu_session.sh bwrap-site audit` "
              "on the GPU (it resumes from docs/cuda_l1_audit.sqlite), then `python3 bench/audit_table.py`.", "",
+             *summary(rows, versions or []),
              "| problem | claimed | standard | verified | categories | reason (read from the code) |",
              "| --- | --- | --- | --- | --- | --- |"]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in row) + " |" for row in rows]
@@ -90,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"audit_table: {exc}", file=sys.stderr)
         return 2
     rows = table_rows(report["verdicts"], claims, review)
-    write_page(rows, len(claims), args.out)
+    versions = sorted({v["protocol_version"] for v in report["verdicts"] if v["protocol"] == "verified"})
+    write_page(rows, len(claims), args.out, versions)
     for row in rows:
         print(" | ".join(row)[:200])
     return 0

@@ -122,7 +122,7 @@ for s in "$@"; do
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
     shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
     warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
-      for l in ${AUDIT_LEVELS:-level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+      for l in ${AUDIT_LEVELS:-level1 level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
       timeout 400 nice -n 10 python3 bench/warm.py /tmp/audit/cands --problems .dev/cuda_l1/problems --device cuda --jobs ${WARM_JOBS:-12} > "$OUT/warm-audit.log" 2>&1 &
       WARM=$! ;;
     warm-wait) t0=$(date +%s); wait "${WARM:-}" 2>/dev/null; echo "=== warm-wait: waited $(( $(date +%s) - t0 ))s"; tail -n 8 "$OUT/warm-audit.log" ;;
@@ -134,7 +134,7 @@ for s in "$@"; do
           d="/tmp/audit/cands/${g#.dev/cuda_l1/candidates/}"; mkdir -p "$(dirname "$d")"; [ -e "$d" ] || cp "$g" "$d"
         done; done
       else
-        for l in ${AUDIT_LEVELS:-level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
+        for l in ${AUDIT_LEVELS:-level1 level2 level3}; do cp -rn .dev/cuda_l1/candidates/$l /tmp/audit/cands/ 2>/dev/null; done
       fi
       step audit "${AUDIT_LIMIT:-300}" $KBV eval /tmp/audit/cands --problems .dev/cuda_l1/problems --protocol both \
         --device cuda --run /tmp/kbv-audit-run --timer-budget "${AUDIT_BUDGET:-3}"

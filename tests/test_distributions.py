@@ -56,6 +56,28 @@ def test_only_continuous_floats_are_redrawn_and_shapes_dtypes_stay():
     assert float(large[0].abs().mean()) > 100 and float(large[0].min()) < 0
 
 
+TRIANGULAR = """
+import torch
+def get_inputs():
+    return [torch.triu(torch.rand(64, 64)), torch.tril(torch.rand(64, 64)), torch.rand(64, 64)]
+def get_init_inputs(): return []
+"""
+
+
+def test_a_triangular_input_keeps_its_zeros_on_every_distribution():
+    """The problem promises triangular matrices (KernelBench's L1/14 and L1/15): a redraw changes their
+    values, never their zero half, so a kernel that skips it is judged on the inputs it was promised
+    (CUDA-L1's kernels for both were value_mismatch on dense hidden inputs). A dense input stays dense."""
+    m = _module(TRIANGULAR)
+    own = draw_inputs(m, VARIANTS["default"][0], 9, torch.device("cpu"))
+    for dist in DISTRIBUTIONS[1:]:
+        upper, lower, dense = draw_inputs(m, VARIANTS[dist][0], 9, torch.device("cpu"))
+        assert torch.equal(upper, torch.triu(upper)) and torch.equal(lower, torch.tril(lower)), dist
+        assert bool((torch.triu(upper) != 0).sum() > 64 * 65 // 2 - 8), dist  # the upper half is redrawn, not zeroed
+        assert not torch.equal(upper, own[0]), dist
+        assert int((dense == 0).sum()) == 0, dist
+
+
 def test_draws_depend_on_the_seed_only():
     m = _module(MIXED)
     a = draw_inputs(m, _variant("signed", "normal"), 11, torch.device("cpu"))

@@ -20,7 +20,10 @@
 
 Only continuous floating-point inputs are redrawn. Integer and boolean inputs, and float inputs that
 hold a few distinct values (masks, +-1 targets), keep what the problem's own generator drew for the
-same seed. Shapes and dtypes never change.
+same seed. Shapes and dtypes never change. A continuous input with structural zeros (a triangular
+matrix, a sparsified one: more than STRUCTURAL_ZEROS of its elements exactly zero, which no continuous
+draw makes by chance) keeps them: the redraw changes its values, never the structure the problem
+promises (a kernel that skips the zero half of a triangular product is right on every such input).
 
 Calibration picks, per problem and distribution, the first variant on which the reference stays
 finite and non-degenerate (e.g. log of negatives steps `signed` to `positive`; exp overflow steps
@@ -45,6 +48,7 @@ from kbv.problems import problem_code
 
 DISTRIBUTIONS = ("default", "signed", "large", "small", "range")
 FEW_VALUES = 16  # a float input with at most this many distinct values is categorical
+STRUCTURAL_ZEROS = 0.01  # a continuous input with more exact zeros than this share keeps them
 CALIBRATION_SEED = 1_234_567
 
 
@@ -121,12 +125,21 @@ def is_continuous(x: Any) -> bool:
 
 def _redraw(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:
     if variant.sign.startswith("log-"):
-        return _log_uniform(x, variant, gen)
-    if variant.sign == "mixed":
-        values = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+        values = _log_uniform(x, variant, gen)
+    elif variant.sign == "mixed":
+        values = (torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32) * variant.scale).to(x.dtype)
     else:
-        values = 0.5 + torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32)
-    return (values * variant.scale).to(x.dtype)
+        values = ((0.5 + torch.rand(x.shape, generator=gen, device=x.device, dtype=torch.float32))
+                  * variant.scale).to(x.dtype)
+    if has_structural_zeros(x):
+        values.masked_fill_(x == 0, 0.0)  # in place: full-size inputs are GBs
+    return values
+
+
+def has_structural_zeros(x: torch.Tensor) -> bool:
+    """More than STRUCTURAL_ZEROS of the elements exactly zero (judged on a sample, as `is_continuous`)."""
+    sample = x.detach().reshape(-1)[:65536]
+    return sample.numel() > 0 and float((sample == 0).float().mean()) > STRUCTURAL_ZEROS
 
 
 def _log_uniform(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:

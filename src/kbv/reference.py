@@ -15,7 +15,7 @@ from kbv.compare import ErrorMeasure, Tolerance, measure_error
 from kbv.inputs import flatten_outputs, rng_isolated, set_seed
 from kbv.precision import precision_policy
 from kbv.problems import problem_code
-from kbv.weights import draw_constant_parameters
+from kbv.weights import Kind, constant_kinds, draw_constant_parameters
 
 
 @dataclass
@@ -45,6 +45,7 @@ class Reference:
         # draw the parameters the model initialises to a constant, per weight seed (`kbv.weights`)
         self.draw_constants = draw_constants
         self.drawn: tuple[str, ...] = ()  # the parameters the last build drew
+        self.kinds: tuple[Kind, ...] = ()  # what they are (`kbv.weights.Kind`): all a candidate may have drawn
         self._convolves: bool | None = None
 
     def build(self, weight_seed: int) -> Any:
@@ -55,6 +56,7 @@ class Reference:
                 return model
             model = model.to(self.device)
             if self.draw_constants:
+                self.kinds = constant_kinds(model)
                 self.drawn = draw_constant_parameters(model, weight_seed)
             return model
 

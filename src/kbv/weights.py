@@ -18,6 +18,7 @@ code runs: pure torch, no side effects.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -28,23 +29,44 @@ import torch
 SPREAD = 0.5
 
 
-def draw_constant_parameters(model: Any, seed: int) -> tuple[str, ...]:
+Kind = tuple[tuple[int, ...], bool, int]  # a constant parameter's shape, whether it is zero, its rank among those
+
+
+def constant_kinds(model: Any) -> tuple[Kind, ...]:
+    """The kinds of `model`'s constant-initialised floating parameters (what a draw keys on)."""
+    return tuple(kind for _, _, kind, _ in _constant_parameters(model))
+
+
+def draw_constant_parameters(model: Any, seed: int, only: Collection[Kind] | None = None) -> tuple[str, ...]:
     """Redraw `model`'s constant-initialised floating parameters in place for `seed`; the names of
-    those it redrew. A model that is not an `nn.Module` is left as it is."""
-    if not isinstance(model, torch.nn.Module):
-        return ()
-    rank: dict[tuple[tuple[int, ...], bool], int] = {}
+    those it redrew. With `only` (the reference's `constant_kinds`), only parameters of those kinds: a
+    candidate's constant that the reference has no counterpart of (an averaging kernel of 1/27s that
+    makes a pooling a convolution) is its own construction, not a parameter of the problem's. A model
+    that is not an `nn.Module` is left as it is."""
     drawn = []
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            value = _constant(p)
-            if value is None:
+        for name, p, kind, value in _constant_parameters(model):
+            if only is not None and kind not in only:
                 continue
-            key = (tuple(p.shape), value == 0.0)
-            rank[key] = rank.get(key, 0) + 1
-            p.copy_(_draw(p.shape, value, _seed(seed, key, rank[key])).to(device=p.device, dtype=p.dtype))
+            p.copy_(_draw(p.shape, value, _seed(seed, kind)).to(device=p.device, dtype=p.dtype))
             drawn.append(name)
     return tuple(drawn)
+
+
+def _constant_parameters(model: Any) -> list[tuple[str, torch.Tensor, Kind, float]]:
+    """Name, tensor, kind and constant of each constant floating parameter, in the model's order."""
+    if not isinstance(model, torch.nn.Module):
+        return []
+    rank: dict[tuple[tuple[int, ...], bool], int] = {}
+    found = []
+    for name, p in model.named_parameters():
+        value = _constant(p)
+        if value is None:
+            continue
+        shape_zero = (tuple(p.shape), value == 0.0)
+        rank[shape_zero] = rank.get(shape_zero, 0) + 1
+        found.append((name, p, (*shape_zero, rank[shape_zero]), value))
+    return found
 
 
 def _constant(p: torch.Tensor) -> float | None:
@@ -58,8 +80,9 @@ def _constant(p: torch.Tensor) -> float | None:
     return float(first)
 
 
-def _seed(seed: int, key: tuple[tuple[int, ...], bool], rank: int) -> int:
-    text = f"{seed}|{key[0]}|{key[1]!r}|{rank}".encode()
+def _seed(seed: int, kind: Kind) -> int:
+    shape, zero, rank = kind
+    text = f"{seed}|{shape}|{zero!r}|{rank}".encode()
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1
 
 

@@ -232,10 +232,12 @@ class Child:
             model = self.model_class(*init_args)
             if isinstance(model, torch.nn.Module):
                 model = model.to(self.device)
-            if cmd.get("draw_constants") and cmd.get("seed") is not None:  # as the reference's (kbv.weights)
+            kinds = cmd.get("draw_constants")  # True: all (the reference's); a list: those kinds only
+            if kinds and cmd.get("seed") is not None:  # as the reference's (kbv.weights)
                 from kbv.weights import draw_constant_parameters
 
-                draw_constant_parameters(model, cmd["seed"])
+                only = None if kinds is True else {(tuple(shape), bool(zero), int(rank)) for shape, zero, rank in kinds}
+                draw_constant_parameters(model, cmd["seed"], only)
             loaded, differs = self._load_state(model, cmd.get("state_dict"))
         if cmd.get("compile"):
             model = torch.compile(model)  # the `compile` baseline: torch.compile, default mode

@@ -194,7 +194,9 @@ class VerifiedRunner:
              deadline: float) -> None:
         load = {"op": "load", "source": "candidate", "path": str(build.candidate_path),
                 "init_args": prepared.init_inputs, "precision": self.protocol.precision,
-                "draw_constants": DRAW_CONSTANT_PARAMETERS}
+                # the candidate's constants of the kinds the reference drew, and no other (`kbv.weights`)
+                "draw_constants": [[list(shape), zero, rank] for shape, zero, rank in prepared.reference.kinds]
+                if DRAW_CONSTANT_PARAMETERS else False}
         with stage("correctness"):
             records.correctness = check_correctness(sb, prepared, self.protocol, load, deadline)
         if not records.correctness.categories:
