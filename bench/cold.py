@@ -21,6 +21,11 @@ from the C++, Triton and PyTorch ones.
     PYTHONPATH=src python3 bench/cold.py --device cuda --n 40 --out cold.json      # GPU (full suite)
     PYTHONPATH=src python3 bench/cold.py --device cpu --n 12                       # CPU (smoke suite)
 
+Several pairs per device against one at a time, on the same candidates (the first run makes them):
+
+    PYTHONPATH=src python3 bench/cold.py --device cuda --n 55 --pairs-per-device 2 --work /tmp/cold-2
+    PYTHONPATH=src python3 bench/cold.py --device cuda --candidates-from /tmp/cold-2/candidates --work /tmp/cold-1
+
 Before/after: `--candidates-from DIR/candidates` evaluates an earlier run's candidates (fresh salts
 are not drawn again), and the bench runs on an earlier kbv too (`PYTHONPATH=OLD/src`; it asks such a
 kbv nothing it lacks, and takes its figures from when the verdicts landed; build CPU-seconds are
@@ -81,6 +86,7 @@ def main() -> int:
     parser.add_argument("--build-isolation", default="auto")
     parser.add_argument("--no-pch", action="store_true")
     parser.add_argument("--timer-budget", type=float, default=4.0)
+    parser.add_argument("--pairs-per-device", type=int, default=1, help="pairs each device evaluates at once")
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="the mix's seed (salts are fresh every run)")
     parser.add_argument("--emulate-cuda", action="store_true", help="build CUDA candidates with a torch without CUDA")
@@ -160,7 +166,8 @@ def _evaluate(args: argparse.Namespace, cands: Path, work: Path, device: str) ->
             print(f"  [no verdict for {since_s:.0f} s] {state.describe()}", flush=True)
 
     fields = {f.name for f in dataclasses.fields(EvalConfig)}
-    extra = {k: v for k, v in (("build_isolation", args.build_isolation), ("pch", not args.no_pch)) if k in fields}
+    extra = {k: v for k, v in (("build_isolation", args.build_isolation), ("pch", not args.no_pch),
+                               ("pairs_per_device", args.pairs_per_device)) if k in fields}
     config = EvalConfig(candidates=str(cands), problems=args.problems or ("full" if device.startswith("cuda") else "smoke"),
                         protocol=args.protocol, device=device, run_dir=str(work / "run"), cache_dir=str(work / "cache"),
                         jobs=args.jobs, timer_budget_s=args.timer_budget, trials=args.trials, **extra)

@@ -22,6 +22,7 @@
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
 # CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
+# COLD_PAIRS sets `cold`'s --pairs-per-device; `cold-one` then runs the same candidates one pair at a time.
 # `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
 # earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
 # `serve-site`
@@ -109,7 +110,10 @@ for s in "$@"; do
       python3 -c "from kbv.sandbox.isolation import SandboxMode, resolve; print(resolve(SandboxMode.AUTO).describe())"' ;;
     sandbox-bench) step sandbox-bench 300 python3 bench/sandbox_startup.py --device cuda --repeats "${SANDBOX_REPEATS:-6}" ;;
     cold) rm -rf /tmp/kbv-cold; step cold "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda --n "${COLD_N:-40}" \
-      --timer-budget "${COLD_BUDGET:-2}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
+      --timer-budget "${COLD_BUDGET:-2}" --pairs-per-device "${COLD_PAIRS:-1}" --work /tmp/kbv-cold --out "$OUT/cold.json" ;;
+    cold-one) rm -rf /tmp/kbv-cold-one; step cold-one "${COLD_LIMIT:-580}" python3 bench/cold.py --device cuda \
+      --candidates-from /tmp/kbv-cold/candidates --timer-budget "${COLD_BUDGET:-2}" --pairs-per-device 1 \
+      --work /tmp/kbv-cold-one --out "$OUT/cold-one.json" ;;
     cold-before) rm -rf /tmp/kbv-cold-before; step cold-before "${COLD_LIMIT:-580}" env PYTHONPATH="$(realpath "${BEFORE_SRC:-.dev/before}")/src" \
       python3 bench/cold.py --device cuda --candidates-from /tmp/kbv-cold/candidates --timer-budget "${COLD_BUDGET:-2}" \
       --work /tmp/kbv-cold-before --out "$OUT/cold-before.json" ;;

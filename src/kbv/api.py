@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import os
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -29,6 +28,7 @@ from kbv.candidates import Candidate, Pair, Unpaired, load_candidates
 from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
+from kbv.gate import DeviceGate, synchronizer
 from kbv.placement import CorePlan, Quiet, current_plan, off_lanes, parse_isolation
 from kbv.problems import Problem, load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
@@ -40,6 +40,7 @@ from kbv.verdict import ProblemFailure, Verdict
 
 PROTOCOL_CHOICES = ("standard", "verified", "both")
 EXECUTOR_CHOICES = ("local", "ray")
+MAX_PAIRS_PER_DEVICE = 8
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class EvalConfig:
     protocol: str = "standard"  # standard | verified | both
     device: str = "auto"
     devices: str | None = None  # local lanes, one per device: auto | 0,1,3 | cpu,cpu (None: `device` alone)
+    # pairs each device evaluates at once: their untimed work overlaps, their timed windows take turns
+    # (`kbv.gate`); each is a lane of its own, with its own CPUs where lanes are pinned
+    pairs_per_device: int = 1
     executor: str = "local"  # local | ray
     ray_address: str | None = None  # auto | HOST:PORT | ray://HOST:PORT; None: a running local Ray, else a new one
     run_dir: str | None = None  # default: kbv-runs/<candidates name>
@@ -307,6 +311,10 @@ def _validate(config: EvalConfig) -> None:
         raise UsageError("--keep-problems must be >= 1 (a lane holds at least the problem it evaluates; 0: its default).")
     if config.executor not in EXECUTOR_CHOICES:
         raise UsageError(f"Unknown executor '{config.executor}': expected local or ray.")
+    if not 1 <= config.pairs_per_device <= MAX_PAIRS_PER_DEVICE:
+        raise UsageError(f"--pairs-per-device must be between 1 and {MAX_PAIRS_PER_DEVICE}.")
+    if config.executor == "ray" and config.pairs_per_device != 1:
+        raise UsageError("--pairs-per-device is for the local executor; under --executor ray, Ray places each pair on a GPU.")
     if config.executor == "ray" and config.devices is not None:
         raise UsageError("--devices is for the local executor; under --executor ray, Ray places each pair on a GPU.")
     if config.executor == "local" and config.ray_address is not None:
@@ -321,8 +329,10 @@ def _secret(config: EvalConfig) -> bytes:
 
 
 def _devices(config: EvalConfig) -> tuple[str, ...]:
-    """The local lanes' devices: `--devices`, else the one `--device`."""
-    return resolve_devices(config.devices) if config.devices is not None else (resolve_device(config.device),)
+    """The local lanes' devices: `--devices`, else the one `--device`; each `--pairs-per-device` times
+    (lanes of one device share its gate, `_lanes`)."""
+    devices = resolve_devices(config.devices) if config.devices is not None else (resolve_device(config.device),)
+    return tuple(d for d in devices for _ in range(config.pairs_per_device))
 
 
 def _connect(config: EvalConfig, stack: contextlib.ExitStack) -> tuple[Any, dict[str, Any]]:
@@ -345,8 +355,9 @@ def _executor(config: EvalConfig, settings: Settings, devices: tuple[str, ...], 
 
 def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], runners: dict[str, ProtocolRunner],
            store: Store, secret: bytes) -> Executor:
-    """One lane per device, with its own runners (one secret for all), one build pool, and one quiet
-    lock per distinct device; where builds run, and each lane's own cores, from the machine's
+    """One lane per device (a device named twice has two), with its own runners (one secret for all),
+    one build pool, and one gate per distinct device (`kbv.gate`: its lanes' untimed work overlaps, their
+    timed windows take turns); where builds run, and each lane's own cores, from the machine's
     `CorePlan`. Lanes must be alike: a verdict's resume key names the device model."""
     from kbv.builds import BuildPool
     from kbv.executors.lanes import LanesExecutor
@@ -354,10 +365,10 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
 
     plan = _plan(config, settings, len(devices))
     builds = BuildPool(settings, plan)
-    locks: dict[str, threading.RLock] = {}
+    gates: dict[str, DeviceGate] = {}
 
     def quiet(device: str) -> Quiet:
-        return Quiet(locks.setdefault(device, threading.RLock()), builds.holds)
+        return Quiet(gates.setdefault(device, DeviceGate(synchronizer(device))), builds.holds)
 
     settings.provenance["build_isolation"] = plan.describe()
     held = config.keep_problems  # 0: the lane's own default

@@ -80,6 +80,7 @@ def eval_command(
     protocol: str = typer.Option("standard", help="standard (KernelBench's), verified, or both."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     devices: Optional[str] = typer.Option(None, help="One evaluation lane per device: auto (every GPU), GPU indices (0,1,3), or CPU lanes (cpu,cpu)."),
+    pairs_per_device: int = typer.Option(1, help="Pairs each device evaluates at once: their untimed work overlaps, their timed windows take turns (1-8)."),
     executor: str = typer.Option("local", help="local (this machine) or ray (a Ray cluster: one task per pair)."),
     ray_address: Optional[str] = typer.Option(None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT (default: a running local Ray, else a new one)."),
     run: Optional[str] = typer.Option(None, "--run", help="Run directory (results database); re-running resumes. Default: kbv-runs/<candidates name>."),
@@ -105,7 +106,7 @@ def eval_command(
     from kbv.api import EvalConfig, evaluate
 
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
-                        devices=devices, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
+                        devices=devices, pairs_per_device=pairs_per_device, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, build_isolation=build_isolation, pch=pch,
                         tolerance=tolerance, standard_timing=standard_timing, cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
@@ -138,6 +139,7 @@ def serve_command(
     reward: str = typer.Option("kernelbench-rl", help="The reward rule: kernelbench-rl (0.3 + speedup), log-speedup (max(0.1, 1 + ln speedup)) or correct (1); 0 unless passed."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
     devices: Optional[str] = typer.Option(None, help="One evaluation lane per device: auto (every GPU), GPU indices (0,1,3), or CPU lanes (cpu,cpu)."),
+    pairs_per_device: int = typer.Option(1, help="Pairs each device evaluates at once: their untimed work overlaps, their timed windows take turns (1-8)."),
     executor: str = typer.Option("local", help="local (this machine) or ray (a Ray cluster: one task per pair)."),
     ray_address: Optional[str] = typer.Option(None, help="--executor ray: auto, HOST:PORT or ray://HOST:PORT."),
     run: str = typer.Option("kbv-runs/serve", "--run", help="Run directory: every verdict and answer goes to its database (kbv report reads it); a restart answers what it holds."),
@@ -168,7 +170,8 @@ def serve_command(
     from kbv.serve.requests import Limits
     from kbv.serve.server import ServeConfig, serve
 
-    evaluation = EvalConfig(candidates="serve", problems=problems, device=device, devices=devices, executor=executor,
+    evaluation = EvalConfig(candidates="serve", problems=problems, device=device, devices=devices,
+                            pairs_per_device=pairs_per_device, executor=executor,
                             ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout,
                             build_timeout_s=build_timeout, jobs=jobs, tolerance=tolerance,
                             standard_timing=standard_timing, cache_dir=cache_dir,

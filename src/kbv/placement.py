@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbv.errors import UsageError
+from kbv.gate import DeviceGate
 
 LANE_CPUS = 2  # a lane's own: the timed child's thread and the parent's thread that drives it
 BUILD_NICE = 19
@@ -318,18 +319,19 @@ def _signal_group(pgid: int, signum: int) -> None:
 
 
 class Quiet:
-    """A lane's quiet window: the device's lock (nothing else of ours starts on the device while a
-    pair is timed or its memory measured) and, in hold mode, the builds stopped meanwhile. Lanes on
-    one device share `lock`; the `Holds` are the machine's."""
+    """A lane's quiet window: the device's gate held exclusively (nothing else of ours runs on the
+    device while a pair is timed, its memory measured or its call times compared: `kbv.gate`) and, in
+    hold mode, the builds stopped meanwhile. Lanes on one device share `gate`; the `Holds` are the
+    machine's."""
 
-    def __init__(self, lock: threading.RLock | None = None, holds: Holds | None = None) -> None:
-        self.lock = lock or threading.RLock()
+    def __init__(self, gate: DeviceGate | None = None, holds: Holds | None = None) -> None:
+        self.gate = gate or DeviceGate()
         self._holds = holds
-        self._depth = 0  # changed only by the thread holding `lock`
+        self._depth = 0  # changed only by the thread holding `gate` exclusively
         self._window: contextlib.AbstractContextManager[None] | None = None
 
     def __enter__(self) -> Quiet:
-        self.lock.acquire()
+        self.gate.acquire_exclusive()
         self._depth += 1
         if self._depth == 1 and self._holds is not None:
             self._window = self._holds.window()
@@ -343,4 +345,4 @@ class Quiet:
                 window, self._window = self._window, None
                 window.__exit__(None, None, None)
         finally:
-            self.lock.release()
+            self.gate.release_exclusive()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kbv.errors import UsageError
+from kbv.gate import waited_s
 
 if TYPE_CHECKING:
     from kbv.sandbox import ChildSpec
@@ -108,8 +109,10 @@ class Settings:
 
 
 def time_left(deadline: float, floor_s: float = 0.5) -> float:
-    """Seconds until `deadline` (time.monotonic), never below `floor_s`: a call always gets a chance."""
-    return max(deadline - time.monotonic(), floor_s)
+    """Seconds until `deadline` (time.monotonic), never below `floor_s`: a call always gets a chance.
+    The time the pair has waited for other pairs' timed windows on its device (`kbv.gate`) moves the
+    deadline on: a pair's timeout is for its own work."""
+    return max(deadline + waited_s() - time.monotonic(), floor_s)
 
 
 def default_cache_dir() -> Path:

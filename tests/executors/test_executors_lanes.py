@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -322,3 +323,96 @@ def test_bad_devices_and_executor_options_are_one_line_errors(options: tuple[str
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and says in lines[0], result.stderr
+
+
+# -- several pairs on one device ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_pairs_on_one_device_overlap_their_untimed_work_and_never_a_timed_window(
+        one_lane: Any, smoke_candidates: Path, cache_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--pairs-per-device 2` on one CPU: the same verdicts as one lane, and every command that one
+    lane sends to a device (its children's, its baselines', a child coming up) lies outside every timed
+    window (timing, memory, probes) of the other, while the two lanes' untimed commands do run at the
+    same time."""
+    import kbv.sandbox.parent as parent
+    from kbv.placement import Quiet
+    from kbv.sandbox.parent import Sandbox
+
+    windows: list[tuple[int, float, float]] = []  # (thread, start, end) of each exclusive window
+    commands: list[tuple[int, float, float, str]] = []  # (thread, start, end, op) of each command sent
+    enter, leave, call = Quiet.__enter__, Quiet.__exit__, Sandbox.call
+    opened: dict[int, float] = {}
+
+    def entered(self: Quiet) -> Quiet:
+        out = enter(self)
+        if self._depth == 1:
+            opened[threading.get_ident()] = time.monotonic()
+        return out
+
+    def left(self: Quiet, *exc: object) -> None:
+        if self._depth == 1:
+            windows.append((threading.get_ident(), opened.pop(threading.get_ident()), time.monotonic()))
+        leave(self, *exc)
+
+    sent = threading.local()  # when the command left: a call first lets a waiting window in (`kbv.gate`)
+    send = parent.send_command
+
+    def sending(*args: Any, **kwargs: Any) -> Any:
+        sent.at = time.monotonic()
+        return send(*args, **kwargs)
+
+    def timed_call(self: Sandbox, command: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        # a child answers `ping` once it has imported torch, before any device comes up: CPU work,
+        # kept off the lanes' cores (or stopped in a window, in hold mode) by the build isolation
+        if command.get("op") == "ping":
+            return call(self, command, *args, **kwargs)
+        sent.at = None
+        try:
+            return call(self, command, *args, **kwargs)
+        finally:
+            if sent.at is not None:
+                commands.append((threading.get_ident(), sent.at, time.monotonic(),
+                                 f"{threading.current_thread().name}: {command.get('op')}"))
+
+    monkeypatch.setattr(Quiet, "__enter__", entered)
+    monkeypatch.setattr(Quiet, "__exit__", left)
+    monkeypatch.setattr(Sandbox, "call", timed_call)
+    monkeypatch.setattr(parent, "send_command", sending)
+    config = EvalConfig(candidates=str(smoke_candidates), problems="smoke", protocol="both", device="cpu",
+                        pairs_per_device=2, seed=7, timer_budget_s=1.0, jobs=1, run_dir=str(tmp_path / "run"),
+                        cache_dir=str(cache_dir))
+    two = evaluate(config)
+    assert two.evaluated == 8 and outcome(two.verdicts) == outcome(one_lane.verdicts)
+    assert windows and len({t for t, _, _, _ in commands}) >= 2
+    for owner, w0, w1 in windows:
+        intruders = [c for c in commands if c[0] != owner and c[1] < w1 and w0 < c[2]]
+        assert not intruders, f"a command of another lane ran inside a timed window: {intruders[:3]}"
+    untimed = [c for c in commands if not any(c[0] == o and w0 <= c[1] and c[2] <= w1 for o, w0, w1 in windows)]
+    overlapped = any(a[0] != b[0] and a[1] < b[2] and b[1] < a[2] for a in untimed for b in untimed)
+    assert overlapped, "the two lanes' untimed work never ran at the same time"
+
+
+@pytest.mark.slow
+def test_later_problems_time_their_baseline_in_a_child_started_ahead(
+        one_lane: Any, smoke_candidates: Path, cache_dir: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A problem's baseline child is a spare the lane started while earlier pairs ran (up and ready when
+    the preparation asks), not one spawned then; the verdicts are those of a lane that keeps none."""
+    import kbv.protocols.standard as standard
+
+    took = standard.reference_child
+    ready_when_taken: list[bool] = []
+
+    def reference_child(*args: Any, **kwargs: Any) -> Any:
+        sb = took(*args, **kwargs)
+        ready_when_taken.append(sb.channel is not None)  # `Sandbox.ready` has run: its device is up
+        return sb
+
+    monkeypatch.setattr(standard, "reference_child", reference_child)
+    result = evaluate(EvalConfig(candidates=str(smoke_candidates), problems="smoke", protocol="standard",
+                                 device="cpu", seed=7, timer_budget_s=1.0, jobs=1, run_dir=str(tmp_path / "run"),
+                                 cache_dir=str(cache_dir)))
+    assert len(ready_when_taken) == 3 and any(ready_when_taken[1:]), ready_when_taken  # one a problem
+    assert outcome(result.verdicts) == outcome([v for v in one_lane.verdicts if v.protocol == "standard"])

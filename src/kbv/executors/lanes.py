@@ -1,8 +1,9 @@
 """Every device of one machine: one evaluation lane per GPU (`--devices`), one build pool, one writer.
 
-- A lane is a `LocalExecutor` on its own device: its own runners, eval thread, children started ahead,
-  prepared problems and quiet lock. Lanes on the same device (CPU lanes) share that device's lock, so
-  that what one lane times is not disturbed by another's children coming up.
+- A lane is a `LocalExecutor` on a device: its own runners, eval thread, children started ahead and
+  prepared problems. Lanes on the same device (CPU lanes, `--pairs-per-device`) share that device's
+  gate (`kbv.gate`): their untimed work overlaps, and what one lane times or measures is disturbed by
+  nothing of another's, its children coming up included.
 - Builds run on one shared CPU pool, each content hash once (`BuildPool`), all started as the pairs
   are submitted.
 - Pairs go to a lane when it has room (`WINDOW` pairs: the one evaluating and those whose children are

@@ -7,10 +7,13 @@ also hands a lane only pairs whose builds are ready.
   the lowest priority, or held while a pair is timed (`kbv.placement`).
 - Each pair's child is started ahead (`PRESTART` pairs in advance): interpreter, torch, CUDA
   context and guards are up before the pair's turn, while its build and the problem's preparation
-  run. It starts on the build cores and moves to the lane's own before its device comes up. A child
+  run. So are reference children (`SPARES`), for the baselines of the problems its queued pairs
+  will prepare (`kbv.sandbox.spares`). It starts on the build cores and moves to the lane's own before its device comes up. A child
   serves one candidate and one protocol, and is closed after it.
-- Pairs are evaluated in submission order on one thread, and only one pair uses the device at a
-  time. A lane holds up to `held` prepared problems per protocol (`HELD_PER_PROTOCOL` for a run;
+- Pairs are evaluated in submission order on one thread. Lanes of one device (`--pairs-per-device`)
+  share its gate (`kbv.gate`): a lane holds it shared from the problem's preparation to the verdict,
+  and alone for each timed window (`EXCLUSIVE_STAGES`), so one pair's untimed work overlaps another's
+  and never its timing. A lane holds up to `held` prepared problems per protocol (`HELD_PER_PROTOCOL` for a run;
   more for `kbv serve`, whose requests interleave problems; the least recently used is released
   first; on a GPU with less than `FREE_SHARE_TO_HOLD` of its memory free, only the pair's own), so
   that each problem is prepared once for all its candidates even when their builds finish out of
@@ -25,24 +28,31 @@ import contextlib
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from kbv.builds import Build, BuildPool, prepare_candidate
 from kbv.candidates import Pair
 from kbv.errors import ProblemError, ProblemRunError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
+from kbv.gate import DeviceGate, holding
 from kbv.placement import Quiet, enter_lane_thread, enter_starter_thread, move_process
 from kbv.problems import out_of_memory
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
+from kbv.sandbox.spares import offering
 from kbv.settings import Settings
 from kbv.stages import StageClock, measuring, stage
 from kbv.verdict import Status, Verdict
 
-__all__ = ["PRESTART", "HELD_PER_PROTOCOL", "BuildPool", "LocalExecutor", "WarmChild", "no_code_verdict"]
+__all__ = ["PRESTART", "SPARES", "HELD_PER_PROTOCOL", "BuildPool", "LocalExecutor", "WarmChild", "no_code_verdict"]
 
 PRESTART = 2  # children started ahead of their pair
+# Reference children a lane keeps started ahead, for the baselines of the problems it prepares next: a
+# child's start-up (its interpreter, torch, the device) was most of a small problem's preparation.
+SPARES = 2
 # Prepared problems a lane keeps per protocol. Two: a problem whose remaining builds finish while
 # another's pairs run is not prepared again; more would hold more device memory (inputs, references
 # and a baseline child each) for little.
@@ -50,6 +60,9 @@ HELD_PER_PROTOCOL = 2
 # Below this share of the device's memory free, a lane keeps only the problem of the pair in hand:
 # what it holds for later pairs must not leave a candidate short (an out-of-memory verdict).
 FREE_SHARE_TO_HOLD = 0.25
+# The stages that have the device to themselves (`kbv.gate`): what they measure is time or memory (the
+# probes compare call times: a replay answers several times faster than a computed call).
+EXCLUSIVE_STAGES = ("timing", "memory", "probes")
 
 
 @dataclass
@@ -85,7 +98,7 @@ class LocalExecutor(Executor):
     owns its build pool shuts it down on close."""
 
     def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
-                 quiet: Quiet | threading.RLock | None = None, lane: int = 0, held: int = 0) -> None:
+                 quiet: Quiet | DeviceGate | None = None, lane: int = 0, held: int = 0) -> None:
         self.settings = settings
         self.runners = runners
         self._own_builds = builds is None
@@ -94,16 +107,18 @@ class LocalExecutor(Executor):
         self._lane = lane
         self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval",
                                         initializer=enter_lane_thread, initargs=(plan, lane))
-        self._starter = ThreadPoolExecutor(max_workers=PRESTART, thread_name_prefix="kbv-start",
+        self._starter = ThreadPoolExecutor(max_workers=PRESTART + SPARES, thread_name_prefix="kbv-start",
                                            initializer=enter_starter_thread, initargs=(plan,))
         self._lock = threading.Lock()
-        # held while a pair is timed or its memory measured; builds are stopped meanwhile in hold mode
+        # the device's gate: held shared through each pair, exclusively while a pair is timed, its
+        # memory measured or its call times compared (builds are stopped meanwhile in hold mode)
         self._quiet = quiet if isinstance(quiet, Quiet) else Quiet(quiet, self._builds.holds)
         self._held = held or HELD_PER_PROTOCOL
         # protocol -> {problem hash: prepared problem (or its failure)}, least recently used first
         self._contexts: dict[str, OrderedDict[str, Any]] = {}
         self._queue: list[Job] = []  # submitted, not yet evaluating
         self._warm: dict[str, Future[WarmChild]] = {}
+        self._spares: list[Future[WarmChild]] = []  # reference children started ahead (`_take_spare`)
         self._current: tuple[Job, StageClock, float] | None = None  # the pair evaluating, for `state`
         self._aborted = False
 
@@ -112,6 +127,7 @@ class LocalExecutor(Executor):
         with self._lock:
             self._queue.append(job)
         self._prestart()
+        self._fill_spares()
         return self._eval.submit(self._evaluate, job, build)
 
     # -- children ---------------------------------------------------------------------------------
@@ -124,19 +140,25 @@ class LocalExecutor(Executor):
                     self._warm[job.key] = self._starter.submit(self._start_child, job)
 
     def _start_child(self, job: Job) -> WarmChild:
+        cand, problem = job.pair.candidate, job.pair.problem
+        return self._bring_up(f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}",
+                              lambda: prepare_candidate(cand, self.settings).build_dir)
+
+    def _start_spare(self) -> WarmChild:
+        return self._bring_up("baseline-spare", lambda: None)
+
+    def _bring_up(self, label: str, build_dir: Callable[[], Path | None]) -> WarmChild:
+        """A child spawned on the build cores, then moved to the lane's and its device brought up."""
         warm = WarmChild()
         t0 = time.perf_counter()
-        cand, problem = job.pair.candidate, job.pair.problem
         try:
-            build_dir = prepare_candidate(cand, self.settings).build_dir
-            label = f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}"
-            spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir))
+            spec = warm.stack.enter_context(self.settings.child_scratch(label, build_dir()))
             warm.sandbox = warm.stack.enter_context(Sandbox(spec))  # born on the build cores
             if self._aborted:  # an interrupt came while it was spawned
                 warm.close()
                 raise ChildFailure(Status.CRASHED, "the run was interrupted", {})
             self._await_start(warm.sandbox)
-            with self._quiet.lock:  # a CUDA context coming up must not land in another pair's timing
+            with self._quiet.gate.shared():  # a CUDA context coming up must not land in another pair's timing
                 if self._plan.pinned:
                     assert warm.sandbox.proc is not None
                     move_process(warm.sandbox.proc.pid, self._plan.lane_cpus(self._lane))
@@ -159,6 +181,33 @@ class LocalExecutor(Executor):
         finally:
             holds.discard(sandbox.proc.pid)
 
+    def _take_spare(self) -> tuple[contextlib.ExitStack, Sandbox] | None:
+        """A spare reference child that is up and ready (`kbv.sandbox.spares`), another started in its
+        place; None when none is ready yet (never waited for: its bring-up may need the device's gate,
+        which the asking lane holds)."""
+        with self._lock:
+            ready = next((f for f in self._spares if f.done()), None)
+            if ready is not None:
+                self._spares.remove(ready)
+        self._fill_spares()
+        if ready is None or ready.cancelled() or ready.exception() is not None:
+            return None
+        warm = ready.result()
+        if warm.failure is not None or warm.sandbox is None or warm.sandbox.proc is None \
+                or warm.sandbox.proc.poll() is not None:  # it died while it waited
+            warm.close()
+            return None
+        return warm.stack, warm.sandbox
+
+    def _fill_spares(self) -> None:
+        """Spares for the problems this lane's queued pairs will prepare (one baseline child each, up
+        to SPARES): none for a problem the lane holds, none once nothing new is coming."""
+        with self._lock:
+            held = {(name, problem) for name, contexts in list(self._contexts.items()) for problem in list(contexts)}
+            coming = {(job.protocol, job.pair.problem.hash) for job in self._queue if not job.pair.candidate.no_code}
+            while len(self._spares) < min(SPARES, len(coming - held)) and not self._aborted:
+                self._spares.append(self._starter.submit(self._start_spare))
+
     def _child_for(self, job: Job) -> WarmChild:
         with self._lock:
             if job in self._queue:
@@ -171,11 +220,11 @@ class LocalExecutor(Executor):
 
     # -- one pair -----------------------------------------------------------------------------------
     def _evaluate(self, job: Job, build_future: Future[Build]) -> Verdict:
-        clock = StageClock(exclusive={"timing": self._quiet, "memory": self._quiet})
+        clock = StageClock(exclusive={name: self._quiet for name in EXCLUSIVE_STAGES})
         t0 = time.perf_counter()
         self._current = (job, clock, time.monotonic())
         try:
-            with measuring(clock):
+            with measuring(clock), offering(self._take_spare):
                 verdict = self._evaluate_pair(job, build_future, clock)
         finally:
             self._current = None
@@ -195,17 +244,21 @@ class LocalExecutor(Executor):
         with stage("child_start"):
             warm = self._child_for(job)
         try:
-            prepared = self._context(runner, pair)
-            if warm.failure is not None:
-                f = warm.failure
-                return replace(runner.blank(pair), status=f.status, message=f"the child could not start: {f.message}",
-                               evidence=f.evidence)
-            assert warm.sandbox is not None
-            verdict = self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
+            # the device's gate, shared from here on (a timed window takes it alone): not while waiting
+            # for the build or the child, whose starter thread needs the gate too
+            with holding(self._quiet.gate):
+                prepared = self._context(runner, pair)
+                if warm.failure is not None:
+                    f = warm.failure
+                    return replace(runner.blank(pair), status=f.status,
+                                   message=f"the child could not start: {f.message}", evidence=f.evidence)
+                assert warm.sandbox is not None
+                verdict = self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
             return _with_refusals(verdict, build, warm.sandbox)
         finally:
-            warm.close()
-            self._return_device_memory()
+            with self._quiet.gate.shared():  # a context torn down is device work too: not in a window
+                warm.close()
+                self._return_device_memory()
 
     def _return_device_memory(self, collect: bool = False) -> None:
         """Give the parent's cached, unused device memory back to the driver: the children of the next
@@ -325,8 +378,9 @@ class LocalExecutor(Executor):
         if self._own_builds:
             self._builds.shutdown(wait=wait)
         with self._lock:
-            warm, self._warm = dict(self._warm), {}
-        for fut in warm.values():
+            warm, self._warm = list(self._warm.values()), {}
+            spares, self._spares = self._spares, []
+        for fut in warm + spares:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 fut.result().close()
         if wait:

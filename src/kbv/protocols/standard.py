@@ -34,6 +34,7 @@ from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.sandbox.timers import STANDARD_TIMINGS, StandardTimerConfig
+from kbv.sandbox.spares import reference_child
 from kbv.settings import Settings, time_left
 from kbv.stages import stage
 from kbv.verdict import Category, Status, Timing, TimingStats, Trial, Verdict, finish_verdict
@@ -188,9 +189,8 @@ class StandardRunner:
         cached = self.baselines.get_baseline(key) if self.baselines else None
         with stage("prepare"), contextlib.ExitStack() as stack:
             sb = None
-            if cached is None:  # the baseline's child comes up while KernelBench's inputs are drawn
-                spec = stack.enter_context(self.settings.child_scratch(f"baseline-{pair.problem.hash[:12]}"))
-                sb = stack.enter_context(Sandbox(spec))
+            if cached is None:  # the baseline's child (a spare, or one coming up while the inputs are drawn)
+                sb = reference_child(self.settings, f"baseline-{pair.problem.hash[:12]}", stack)
             ctx = prepare_standard(pair.problem, self.protocol, torch.device(self.settings.device))
             ctx.baseline = cached
             if sb is not None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kbv.errors import SandboxError
+from kbv.gate import checkpoint
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
 from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve, toolchain_paths
 from kbv.sandbox.wire import (
@@ -298,6 +299,7 @@ class Sandbox:
         which do not count against `timeout_s`."""
         if self.proc is None:
             raise SandboxError("sandbox not started")
+        checkpoint()  # between two commands: a timed window of another pair on the device goes first
         deadline = time.monotonic() + timeout_s
         try:
             send_command(self._cmd_w, command)

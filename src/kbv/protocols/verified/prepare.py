@@ -27,6 +27,7 @@ from kbv.protocols.verified.rules import BASELINES, DRAW_CONSTANT_PARAMETERS, KE
 from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import ChildFailure, Sandbox
+from kbv.sandbox.spares import reference_child
 from kbv.settings import Settings
 from kbv.stages import stage
 from kbv.verdict import MemoryStats
@@ -239,9 +240,8 @@ def spawn_baselines(problem: Problem, names: tuple[str, ...], settings: Settings
     stack = ExitStack()
     children = {}
     try:
-        for name in names:
-            spec = stack.enter_context(settings.child_scratch(f"baseline-{name}-{problem.hash[:10]}"))
-            children[name] = stack.enter_context(Sandbox(spec))
+        for name in names:  # spares of the lane's where it keeps them (`kbv.sandbox.spares`)
+            children[name] = reference_child(settings, f"baseline-{name}-{problem.hash[:10]}", stack)
     except BaseException:
         stack.close()
         raise
