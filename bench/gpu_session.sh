@@ -22,6 +22,7 @@
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
 # CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
+# `spares` times the examples with and without spare reference children (bench/spares.py).
 # COLD_PAIRS sets `cold`'s --pairs-per-device; `cold-one` then runs the same candidates one pair at a time.
 # `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
 # earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
@@ -167,6 +168,8 @@ for s in "$@"; do
         --cases "${REPEAT_CASES:-launch,large}" --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
         --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
       cp /tmp/kbv-repeat/repeat.json "$OUT/repeat.json" 2>/dev/null ;;
+    spares) step spares "${SPARES_LIMIT:-400}" python3 bench/spares.py --device cuda --problems full \
+      --protocol "${SPARES_PROTOCOL:-both}" --rounds "${SPARES_ROUNDS:-2}" --timer-budget 2 --out "$OUT/spares.json" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -59,7 +59,8 @@ def test_only_continuous_floats_are_redrawn_and_shapes_dtypes_stay():
 TRIANGULAR = """
 import torch
 def get_inputs():
-    return [torch.triu(torch.rand(64, 64)), torch.tril(torch.rand(64, 64)), torch.rand(64, 64)]
+    return [torch.triu(torch.rand(64, 64)), torch.tril(torch.rand(64, 64)), torch.rand(64, 64),
+            torch.triu(torch.rand(2048, 2048))]  # its first 32 rows: under 1% zeros
 def get_init_inputs(): return []
 """
 
@@ -71,8 +72,9 @@ def test_a_triangular_input_keeps_its_zeros_on_every_distribution():
     m = _module(TRIANGULAR)
     own = draw_inputs(m, VARIANTS["default"][0], 9, torch.device("cpu"))
     for dist in DISTRIBUTIONS[1:]:
-        upper, lower, dense = draw_inputs(m, VARIANTS[dist][0], 9, torch.device("cpu"))
+        upper, lower, dense, big = draw_inputs(m, VARIANTS[dist][0], 9, torch.device("cpu"))
         assert torch.equal(upper, torch.triu(upper)) and torch.equal(lower, torch.tril(lower)), dist
+        assert torch.equal(big, torch.triu(big)), dist  # judged on the whole matrix, not its first rows
         assert bool((torch.triu(upper) != 0).sum() > 64 * 65 // 2 - 8), dist  # the upper half is redrawn, not zeroed
         assert not torch.equal(upper, own[0]), dist
         assert int((dense == 0).sum()) == 0, dist

@@ -16,6 +16,13 @@ def _started(target, *args) -> threading.Thread:
     return t
 
 
+def _until(condition, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
 def test_a_window_waits_for_the_shared_holders_and_stops_new_ones_meanwhile():
     gate = DeviceGate()
     log: list[str] = []
@@ -38,9 +45,9 @@ def test_a_window_waits_for_the_shared_holders_and_stops_new_ones_meanwhile():
     a = _started(untimed)
     inside.wait(5)
     w = _started(window)
-    time.sleep(0.1)
+    _until(lambda: gate._waiting == 1)
     b = _started(late)  # arrives while the window waits: it goes after the window
-    time.sleep(0.1)
+    time.sleep(0.1)  # (it would be in by now if it did not wait)
     assert log == []
     release.set()
     for t in (a, w, b):
@@ -77,19 +84,17 @@ def test_two_lanes_that_both_want_a_window_from_inside_their_pairs_take_turns():
 def test_a_checkpoint_lets_a_waiting_window_in_between_two_commands():
     gate = DeviceGate()
     order: list[str] = []
-    first_done, window_asked = threading.Event(), threading.Event()
+    first_done = threading.Event()
 
     def lane() -> None:
         with holding(gate):
             order.append("command 1")
             first_done.set()
-            window_asked.wait(5)
-            time.sleep(0.05)
+            _until(lambda: gate._waiting == 1)
             checkpoint()  # the window goes now, not after the rest of this stage
             order.append("command 2")
 
     def window() -> None:
-        window_asked.set()
         with gate.exclusive():
             order.append("window")
 
@@ -120,6 +125,28 @@ def test_the_seconds_a_pair_waits_at_the_gate_do_not_count_against_its_deadline(
     assert seen["waited"] > 0.2
     assert seen["left"] > 1.15  # the deadline moved on by the wait
     assert waited_s() == 0.0  # no gate current outside a pair
+
+
+def test_a_window_whose_synchronise_fails_never_opens_and_leaves_the_gate_usable():
+    """A device fault at a window's start: the error reaches the lane, the gate is not left held."""
+    def fault() -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    gate = DeviceGate(synchronize=fault)
+    with holding(gate):
+        try:
+            with gate.exclusive():
+                raise AssertionError("the window opened")
+        except RuntimeError as exc:
+            assert "illegal memory access" in str(exc)
+    done = threading.Event()
+
+    def other() -> None:
+        with gate.shared():
+            done.set()
+
+    _started(other).join(5)
+    assert done.is_set() and gate._writer is None and not gate._shared
 
 
 def test_a_window_synchronises_the_device_before_it_opens():

@@ -60,3 +60,24 @@ def test_a_call_that_replaces_a_buffer_changes_it_and_an_output_in_a_buffer_made
     assert set(changed_by_name(names, before, *model_tensors(model))) == {"replaced", "written"}
     assert aliased_names([out], *model_tensors(model)) == ["out"]
     assert aliased_names([out], names, tensors) == []  # what a list made before the call saw
+
+
+class _Aliased(torch.nn.Module):
+    """The reference's conv weight kept under a name of its own as well (listed first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(2, 2, 1)
+        self.w = self.conv.weight
+
+
+def test_a_parameter_under_two_names_is_listed_under_both():
+    """A change to the reference's conv.weight through its own alias `w` is seen under conv.weight too,
+    the reference's name (a name of its own alone would be forgiven as the candidate's own state)."""
+    model = _Aliased()
+    names, tensors = model_tensors(model)
+    assert {"w", "conv.weight"} <= set(names)
+    before = [t.clone() for t in tensors]
+    with torch.no_grad():
+        model.w.mul_(2)
+    assert {"w", "conv.weight"} <= set(changed_by_name(names, before, *model_tensors(model)))

@@ -15,6 +15,7 @@ import pytest
 
 from kbv.placement import (
     BUILD_NICE,
+    Bystanders,
     CorePlan,
     Holds,
     Isolation,
@@ -149,6 +150,30 @@ def test_a_held_build_stops_inside_a_timed_window_and_goes_on_after_it() -> None
     finally:
         spin.kill()
         spin.wait()
+
+
+@linux
+def test_another_lanes_candidate_child_stops_in_a_window_and_its_own_lane_s_does_not() -> None:
+    """Two lanes on one device: while lane 0's window is open, lane 1's candidate child (which could
+    leave a thread launching work between its commands) is stopped; lane 0's own, being timed, is not."""
+    own = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    bystanders = Bystanders()
+    try:
+        bystanders.add(0, own.pid)
+        bystanders.add(1, other.pid)
+        with Quiet(bystanders=bystanders, lane=0):
+            assert _wait_state(other.pid, "T") == "T"
+            assert _wait_state(own.pid, "R") == "R"
+        assert _wait_state(other.pid, "R") == "R"
+        bystanders.discard(1, other.pid)
+        with Quiet(bystanders=bystanders, lane=0):  # closed: no longer stopped
+            time.sleep(0.1)
+            assert _state(other.pid) == "R"
+    finally:
+        for p in (own, other):
+            p.kill()
+            p.wait()
 
 
 def test_holds_that_are_off_touch_nothing() -> None:

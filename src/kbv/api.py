@@ -29,7 +29,7 @@ from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.gate import DeviceGate, synchronizer
-from kbv.placement import CorePlan, Quiet, current_plan, off_lanes, parse_isolation
+from kbv.placement import Bystanders, CorePlan, Quiet, current_plan, off_lanes, parse_isolation
 from kbv.problems import Problem, load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.sandbox.isolation import SandboxMode, check_strict
@@ -365,15 +365,16 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
 
     plan = _plan(config, settings, len(devices))
     builds = BuildPool(settings, plan)
-    gates: dict[str, DeviceGate] = {}
+    gates: dict[str, tuple[DeviceGate, Bystanders]] = {}
 
-    def quiet(device: str) -> Quiet:
-        return Quiet(gates.setdefault(device, DeviceGate(synchronizer(device))), builds.holds)
+    def quiet(device: str, lane: int) -> Quiet:
+        gate, bystanders = gates.setdefault(device, (DeviceGate(synchronizer(device)), Bystanders()))
+        return Quiet(gate, builds.holds, bystanders, lane)
 
     settings.provenance["build_isolation"] = plan.describe()
     held = config.keep_problems  # 0: the lane's own default
     first = _lane_settings(settings, plan, 0)
-    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device), lane=0, held=held)]
+    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device, 0), lane=0, held=held)]
     for i, device in enumerate(devices[1:], start=1):
         lane = _lane_settings(replace(settings, device=device,
                                       provenance={**collect_provenance(device), **_sandbox_record(settings)}), plan, i)
@@ -382,7 +383,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
                              f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
         lane.provenance["build_isolation"] = plan.describe()
-        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device), lane=i,
+        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device, i), lane=i,
                                    held=held))
     return LanesExecutor(lanes, builds)
 

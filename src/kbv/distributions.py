@@ -119,8 +119,15 @@ def is_continuous(x: Any) -> bool:
     """A floating-point tensor with more than a few distinct values."""
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0:
         return False
-    sample = x.detach().reshape(-1)[:65536]
+    sample = _sample(x)
     return torch.unique(sample).numel() > min(FEW_VALUES, sample.numel() // 4)
+
+
+def _sample(x: torch.Tensor, n: int = 65536) -> torch.Tensor:
+    """About `n` elements spread evenly over the whole of `x` (not its first rows: a triangular
+    matrix's first rows are almost all zeros or almost none)."""
+    flat = x.detach().reshape(-1)
+    return flat[::max(1, flat.numel() // n)]
 
 
 def _redraw(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Tensor:
@@ -137,8 +144,8 @@ def _redraw(x: torch.Tensor, variant: Variant, gen: torch.Generator) -> torch.Te
 
 
 def has_structural_zeros(x: torch.Tensor) -> bool:
-    """More than STRUCTURAL_ZEROS of the elements exactly zero (judged on a sample, as `is_continuous`)."""
-    sample = x.detach().reshape(-1)[:65536]
+    """More than STRUCTURAL_ZEROS of the elements exactly zero (judged on a sample spread over it)."""
+    sample = _sample(x)
     return sample.numel() > 0 and float((sample == 0).float().mean()) > STRUCTURAL_ZEROS
 
 

@@ -79,9 +79,11 @@ class DeviceGate:
         finally:
             if not passing:
                 with self._cond:
-                    self._shared[me] -= 1
-                    if not self._shared[me]:
-                        del self._shared[me]
+                    left = self._shared.get(me, 0) - 1
+                    if left > 0:
+                        self._shared[me] = left
+                    else:
+                        self._shared.pop(me, None)
                         self._cond.notify_all()
 
     def checkpoint(self) -> None:
@@ -115,7 +117,11 @@ class DeviceGate:
             self._parked[me] = depth
             self.windows += 1
         if self._synchronize is not None:
-            self._synchronize()
+            try:
+                self._synchronize()
+            except BaseException:  # a device fault: the window never opened, and the gate stays usable
+                self.release_exclusive()
+                raise
 
     def release_exclusive(self) -> None:
         me = threading.get_ident()

@@ -318,24 +318,68 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+class Bystanders:
+    """The candidate children that lanes of one device keep alive, by lane: while one lane's window is
+    open (`stopped`), every other lane's are stopped (SIGSTOP to their process groups), so that a
+    thread a candidate left launching work between its commands cannot land in another pair's timing.
+    Between commands a child only waits for its next one: stopping it changes nothing else."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: dict[int, set[int]] = {}  # lane -> process groups
+
+    def add(self, lane: int, pgid: int) -> None:
+        with self._lock:
+            self._groups.setdefault(lane, set()).add(pgid)
+
+    def discard(self, lane: int, pgid: int) -> None:
+        with self._lock:
+            self._groups.get(lane, set()).discard(pgid)
+
+    @contextlib.contextmanager
+    def stopped(self, lane: int) -> Iterator[None]:
+        """The other lanes' children stopped for the block (the caller holds the device's gate alone)."""
+        with self._lock:
+            others = [g for owner, groups in self._groups.items() if owner != lane for g in groups]
+        for pgid in others:
+            _signal_group(pgid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pgid in others:
+                _signal_group(pgid, signal.SIGCONT)
+
+
 class Quiet:
     """A lane's quiet window: the device's gate held exclusively (nothing else of ours runs on the
     device while a pair is timed, its memory measured or its call times compared: `kbv.gate`) and, in
     hold mode, the builds stopped meanwhile. Lanes on one device share `gate`; the `Holds` are the
     machine's."""
 
-    def __init__(self, gate: DeviceGate | None = None, holds: Holds | None = None) -> None:
+    def __init__(self, gate: DeviceGate | None = None, holds: Holds | None = None,
+                 bystanders: Bystanders | None = None, lane: int = 0) -> None:
         self.gate = gate or DeviceGate()
+        self.bystanders = bystanders or Bystanders()  # the device's lanes' candidate children
+        self.lane = lane
         self._holds = holds
         self._depth = 0  # changed only by the thread holding `gate` exclusively
-        self._window: contextlib.AbstractContextManager[None] | None = None
+        self._window: contextlib.ExitStack | None = None
 
     def __enter__(self) -> Quiet:
         self.gate.acquire_exclusive()
         self._depth += 1
-        if self._depth == 1 and self._holds is not None:
-            self._window = self._holds.window()
-            self._window.__enter__()
+        if self._depth == 1:
+            window = contextlib.ExitStack()
+            try:
+                window.enter_context(self.bystanders.stopped(self.lane))
+                if self._holds is not None:
+                    window.enter_context(self._holds.window())
+            except BaseException:
+                window.close()
+                self._depth -= 1
+                self.gate.release_exclusive()
+                raise
+            self._window = window
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -343,6 +387,6 @@ class Quiet:
             self._depth -= 1
             if self._depth == 0 and self._window is not None:
                 window, self._window = self._window, None
-                window.__exit__(None, None, None)
+                window.close()
         finally:
             self.gate.release_exclusive()

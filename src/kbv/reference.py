@@ -14,7 +14,7 @@ import torch
 from kbv.compare import ErrorMeasure, Tolerance, measure_error
 from kbv.inputs import flatten_outputs, rng_isolated, set_seed
 from kbv.precision import precision_policy
-from kbv.problems import problem_code
+from kbv.problems import out_of_memory, problem_code
 from kbv.weights import Kind, constant_kinds, draw_constant_parameters
 
 
@@ -107,17 +107,20 @@ class Reference:
                 return [o.detach().double() for o in flatten_outputs(model(*inputs))], False
 
     def bf16_errors(self, model: Any, inputs: Sequence[Any], truth: list[torch.Tensor]) -> list[ErrorMeasure] | None:
-        """What the reference itself errs in bfloat16, per output: a copy of `model` and the floating
+        """What the reference itself errs in bfloat16, per output: `model` (a build of the caller's own,
+        cast in place) and the floating
         `inputs` cast to bfloat16, its outputs measured against `truth` (float64) as a candidate's are.
         None where it cannot run in bfloat16 (an op without a bfloat16 kernel, a dtype check in the
         problem's own code): its callers fall back to a rule that needs no such figure."""
-        try:
-            model16 = copy.deepcopy(model).to(torch.bfloat16) if isinstance(model, torch.nn.Module) else model
+        try:  # `model` is the caller's own fresh build: cast in place, no second copy on the device
+            model16 = model.to(torch.bfloat16) if isinstance(model, torch.nn.Module) else model
             inputs16 = [x.to(torch.bfloat16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                         for x in inputs]
             with precision_policy("fp32"), torch.no_grad():
                 outs = flatten_outputs(model16(*inputs16))
-        except Exception:  # whatever stops the problem's code in bfloat16: no figure, never a failed run
+        except Exception as exc:  # whatever stops the problem's code in bfloat16: no figure, never a failed run
+            if out_of_memory(exc):  # but never a category that hangs on how full the device is
+                raise
             return None
         if len(outs) != len(truth):
             return None

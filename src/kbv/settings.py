@@ -108,6 +108,12 @@ class Settings:
             shutil.rmtree(work, ignore_errors=True)
 
 
+def deadline_in(timeout_s: float) -> float:
+    """The deadline of work that starts now and may take `timeout_s` of its own (for `time_left`):
+    what the pair waited at the device's gate before now is not moved on again."""
+    return time.monotonic() + timeout_s - waited_s()
+
+
 def time_left(deadline: float, floor_s: float = 0.5) -> float:
     """Seconds until `deadline` (time.monotonic), never below `floor_s`: a call always gets a chance.
     The time the pair has waited for other pairs' timed windows on its device (`kbv.gate`) moves the

@@ -61,8 +61,9 @@ HELD_PER_PROTOCOL = 2
 # what it holds for later pairs must not leave a candidate short (an out-of-memory verdict).
 FREE_SHARE_TO_HOLD = 0.25
 # The stages that have the device to themselves (`kbv.gate`): what they measure is time or memory (the
-# probes compare call times: a replay answers several times faster than a computed call).
-EXCLUSIVE_STAGES = ("timing", "memory", "probes")
+# probes compare call times: a replay answers several times faster than a computed call; attribution's
+# custom share is a share of the profiled kernels' device time).
+EXCLUSIVE_STAGES = ("timing", "memory", "probes", "attribution")
 
 
 @dataclass
@@ -141,8 +142,14 @@ class LocalExecutor(Executor):
 
     def _start_child(self, job: Job) -> WarmChild:
         cand, problem = job.pair.candidate, job.pair.problem
-        return self._bring_up(f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}",
+        warm = self._bring_up(f"{job.protocol}-{cand.hash[:12]}-{problem.hash[:8]}",
                               lambda: prepare_candidate(cand, self.settings).build_dir)
+        if warm.sandbox is not None and warm.sandbox.proc is not None and warm.failure is None:
+            # stopped while another lane of the device times (`kbv.placement.Bystanders`), until closed
+            bystanders, pgid = self._quiet.bystanders, warm.sandbox.proc.pid
+            bystanders.add(self._quiet.lane, pgid)
+            warm.stack.callback(bystanders.discard, self._quiet.lane, pgid)
+        return warm
 
     def _start_spare(self) -> WarmChild:
         return self._bring_up("baseline-spare", lambda: None)
@@ -206,7 +213,10 @@ class LocalExecutor(Executor):
             held = {(name, problem) for name, contexts in list(self._contexts.items()) for problem in list(contexts)}
             coming = {(job.protocol, job.pair.problem.hash) for job in self._queue if not job.pair.candidate.no_code}
             while len(self._spares) < min(SPARES, len(coming - held)) and not self._aborted:
-                self._spares.append(self._starter.submit(self._start_spare))
+                try:
+                    self._spares.append(self._starter.submit(self._start_spare))
+                except RuntimeError:  # shut down under us: an interrupt
+                    return
 
     def _child_for(self, job: Job) -> WarmChild:
         with self._lock:

@@ -35,7 +35,7 @@ from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.sandbox.timers import STANDARD_TIMINGS, StandardTimerConfig
 from kbv.sandbox.spares import reference_child
-from kbv.settings import Settings, time_left
+from kbv.settings import Settings, deadline_in, time_left
 from kbv.stages import stage
 from kbv.verdict import Category, Status, Timing, TimingStats, Trial, Verdict, finish_verdict
 
@@ -229,7 +229,7 @@ class StandardRunner:
         base = self.blank(pair)
         if build.status is not None:
             return finish_verdict(base, t0, status=build.status, message=build.message, evidence=build.evidence)
-        deadline = t0 + self.settings.timeout_s
+        deadline = deadline_in(self.settings.timeout_s)
         try:
             with stage("load"):
                 sb.call({"op": "load", "source": "candidate", "path": str(build.candidate_path),

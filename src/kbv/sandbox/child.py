@@ -155,19 +155,18 @@ class Child:
             self.first_call = FirstCall(op, self.device, self._harness)  # memory is counted from here
 
     def end_command(self, op: str) -> None:
-        """After a command other than `alloc`: what it was handed has been cloned; free the exports.
-        The clones are queued device work: a command that returns without a synchronise (a ghost
-        replay whose first extension call raised) may still have them running, and unmapping under a
-        running copy is an illegal memory access, charged to whatever runs next. So the device is
-        synchronised first; a device that faults here keeps its exports, and the fault is reported by
-        the next command that touches the device."""
+        """After a command other than `alloc`, before its reply: what it was handed has been cloned;
+        free the exports. The clones are queued device work: a command that returns without a
+        synchronise (a ghost replay whose first extension call raised) may still have them running,
+        and unmapping under a running copy is an illegal memory access, charged to whatever runs next.
+        So the device is synchronised first, after every command (the parent may open another pair's
+        timed window once the reply is in: `kbv.gate`); a device that faults here keeps its exports,
+        and the fault is reported by the next command that touches the device."""
         if op == "alloc":
             return
         self.slots.clear()
         inbox, self.inbox = self.inbox, []
-        if not inbox:
-            return
-        try:
+        try:  # every command's device work ends before its reply: another pair's window may open next
             self.sync()
         except Exception:
             self.inbox = inbox
@@ -761,10 +760,10 @@ def serve(cmd_fd: int, res_fd: int, fd_sock: int | None = None) -> int:
         try:
             result = handler(cmd)
         except Exception as exc:
+            child.end_command(op)  # before the reply, as after a command that succeeds
             child.reply(_error_reply(exc))
             continue
-        finally:
-            child.end_command(op)
+        child.end_command(op)
         child.reply({"ok": True, **result})
 
 

@@ -96,7 +96,9 @@ def model_tensors(model: Any) -> tuple[list[str], list[torch.Tensor]]:
     """Names and tensors of a module's parameters and buffers."""
     if not isinstance(model, torch.nn.Module):
         return [], []
-    named = list(model.named_parameters()) + list(model.named_buffers())
+    # every name a tensor has (a parameter kept under a name of the candidate's own as well as the
+    # reference's: a change is seen under both, and the reference's name decides)
+    named = list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
     return [n for n, _ in named], [t for _, t in named]
 
 

@@ -53,7 +53,7 @@ from kbv.protocols.verified.rules import (
 from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
 from kbv.provenance import device_state
 from kbv.sandbox import ChildFailure, Sandbox
-from kbv.settings import Settings, time_left
+from kbv.settings import Settings, deadline_in, time_left
 from kbv.stages import stage
 from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict, finish_verdict
 
@@ -171,7 +171,7 @@ class VerifiedRunner:
             records.build = build
         else:
             try:
-                self._run(sb, prepared, pair, build, records, t0 + self.settings.timeout_s)
+                self._run(sb, prepared, pair, build, records, deadline_in(self.settings.timeout_s))
             except ChildFailure as failure:
                 records.failure = failure
         return finish_verdict(base, t0, **judge(records, prepared, self.protocol, self.settings, self.copy_gbps,

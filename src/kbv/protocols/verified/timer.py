@@ -135,7 +135,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
         rnd += 1
         samples = [s.device_ms for s in sides]
         if config.stop.satisfied(samples) or config.stop.exhausted(samples, time.monotonic() - t0) \
-                or findings or time.monotonic() > deadline - 5:
+                or findings or time_left(deadline, floor_s=0.0) < 5:
             break
     bound = wall_bound(sides[0], sides[1] if len(sides) > 1 else None)
     if bound.findings:
@@ -152,7 +152,7 @@ def _time_again(run: _Run, sides: list[_Side], rnd: int) -> WallBound:
     """The wall clock's judgement once more rounds are timed (no rechecks: every block feeds the
     wall clock), on all rounds: load from other work can slow one side's blocks for a while, while
     a candidate that hides work outside its timed calls does so in the new rounds too."""
-    until = min(time.monotonic() + run.config.stop.max_time_s, run.deadline - 5)
+    until = time.monotonic() + min(run.config.stop.max_time_s, time_left(run.deadline, floor_s=0.0) - 5)
     for r in range(rnd, rnd + run.config.wall_retry_rounds):
         if time.monotonic() > until:
             break
