@@ -171,7 +171,7 @@ def resolve_devices(spec: str) -> tuple[str, ...]:
             raise UsageError(f"--devices '{spec}': '{item}' is not a GPU index ({expected}; no mixing).")
         indices.append(int(digits))
     if len(set(indices)) != len(indices):
-        raise UsageError(f"--devices '{spec}': a GPU is named twice (one lane per GPU).")
+        raise UsageError(f"--devices '{spec}': a GPU is named twice (use --pairs-per-device for several lanes on one GPU).")
     missing = [i for i in indices if i >= count]
     if missing:
         raise UsageError(f"--devices '{spec}': no GPU {missing[0]} here ({count} CUDA device(s) visible).")

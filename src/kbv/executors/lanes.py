@@ -1,4 +1,5 @@
-"""Every device of one machine: one evaluation lane per GPU (`--devices`), one build pool, one writer.
+"""Every device of one machine: its evaluation lanes (one per GPU of `--devices`, `--pairs-per-device`
+each), one build pool, one writer.
 
 - A lane is a `LocalExecutor` on a device: its own runners, eval thread, children started ahead and
   prepared problems. Lanes on the same device (CPU lanes, `--pairs-per-device`) share that device's
