@@ -65,7 +65,7 @@ for s in "$@"; do
       ${GPU_TESTS_A:-tests/test_channel.py tests/generate} ;;
     gpu-tests-b) RESERVE=${RESERVE_B:-40} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-480}" python3 -m pytest -v -m gpu \
       -p no:cacheprovider --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
     examples-json) step examples-json 60 $KBV report /tmp/runs/examples --format json ;;
     examples-standard) step examples-standard "${EXAMPLES_LIMIT:-200}" $KBV eval examples/ --problems full --protocol standard --device cuda --run /tmp/runs/examples-standard ;;
