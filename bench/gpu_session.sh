@@ -29,7 +29,7 @@
 # `serve-site`
 # installs FastAPI, uvicorn and httpx from .dev/wheels (carry .dev; the box has no index), `serve-tests`
 # runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
-# `repeat` runs the same pairs REPEAT_RUNS times, each run its own process (bench/repeat.py: launch-bound
+# `repeat` runs the same pairs REPEAT_RUNS times, each run its own process, per REPEAT_VARIANTS (bench/repeat.py: launch-bound
 # and large problems, identity candidates, both protocols; REPEAT_OPTS e.g. `--standard-timing do_bench`);
 # it resumes from /tmp/kbv-repeat, so a later call in the same session runs only what is left.
 set -u
@@ -165,7 +165,8 @@ for s in "$@"; do
       --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
     repeat) mkdir -p /tmp/kbv-repeat
       step repeat "${REPEAT_LIMIT:-580}" python3 bench/repeat.py --device cuda --runs "${REPEAT_RUNS:-4}" \
-        --cases "${REPEAT_CASES:-launch,large}" --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
+        --cases "${REPEAT_CASES:-launch,large}" --variants "${REPEAT_VARIANTS:-default}" \
+        --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
         --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
       cp /tmp/kbv-repeat/repeat.json "$OUT/repeat.json" 2>/dev/null ;;
     spares) step spares "${SPARES_LIMIT:-400}" python3 bench/spares.py --device cuda --problems full \

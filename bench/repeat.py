@@ -14,6 +14,15 @@ Cases (`--cases`), each a problem set and its pairs:
   timer races its L2 flush; identity candidates and the examples' GPU kernels;
 - `large`: the full suite's sizes, milliseconds a call; identity candidates and GPU kernels;
 - `tiny`: one identity pair on the smoke suite (CPU; the bench's own test).
+Variants (`--variants`), each a suspect of what moves the numbers, switched off, with its runs
+interleaved with the others' (run 0 of every variant, then run 1 of every variant, ...), so that
+each cause's effect is measured side by side on one machine; every variant's run 0 is cold:
+- `default`: kbv as a user runs it;
+- `no-clock-warmup`: the device's clocks are not warmed before each timed window (`--no-warm-clocks`);
+- `builds-beside`: builds run as any other process while pairs are timed (`--build-isolation none`).
+The closing table gives, per variant and protocol, the median max/min over the pairs and how many
+pairs stay within 1.05.
+
 An identity candidate is the problem's own `Model` renamed `ModelNew` (true speedup 1). Under the
 verified protocol it is `no_custom_kernel`; the runs set `time_unattributed` (a bench-only setting,
 recorded in the verdict and its resume key) so that it is timed all the same, its status unchanged.
@@ -63,6 +72,14 @@ CASES = {
     "tiny": Case("smoke", ("L1/2_ReLU",)),
 }
 
+# what each variant changes in the run's configuration (`kbv.api.EvalConfig` fields)
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "no-clock-warmup": {"warm_clocks": False},
+    "builds-beside": {"build_isolation": "none"},
+}
+HOLDS = 1.05  # the verified target's max/min across runs
+
 
 # -- the pairs ------------------------------------------------------------------------------------
 
@@ -100,7 +117,8 @@ def run_child(spec: dict[str, Any]) -> int:
     config = EvalConfig(candidates=spec["candidates"], problems=spec["problems"], protocol=spec["protocol"],
                         device=spec["device"], run_dir=spec["run_dir"], cache_dir=spec["cache_dir"],
                         timer_budget_s=spec["timer_budget"], trials=spec["trials"], timeout_s=spec["timeout"],
-                        standard_timing=spec["standard_timing"], time_unattributed=True)
+                        standard_timing=spec["standard_timing"], time_unattributed=True,
+                        **VARIANTS[spec.get("variant", "default")])
 
     records: list[dict[str, Any]] = []
 
@@ -109,7 +127,8 @@ def run_child(spec: dict[str, Any]) -> int:
             return
         print(f"  [{done}/{total}] {v.protocol:8s} {v.problem:14s} {v.candidate:24s} {v.status.value:16s} "
               f"{_fmt(speedup_of(v))}", flush=True)
-        records.append({**record(v), "case": spec["case"], "run": spec["run"]})
+        records.append({**record(v), "case": spec["case"], "run": spec["run"],
+                        "variant": spec.get("variant", "default")})
         Path(spec["results"]).write_text(json.dumps(records, indent=1))  # a run cut short keeps its pairs
 
     evaluate(config, progress=show)
@@ -171,8 +190,12 @@ def save(out: Path, data: dict[str, Any]) -> None:
     tmp.replace(out)
 
 
-def _key(r: dict[str, Any]) -> tuple[str, str, str, str, int]:
-    return r["case"], r["problem"], r["candidate"], r["protocol"], int(r["run"])
+def _key(r: dict[str, Any]) -> tuple[str, str, str, str, str, int]:
+    return variant_of(r), r["case"], r["problem"], r["candidate"], r["protocol"], int(r["run"])
+
+
+def variant_of(r: dict[str, Any]) -> str:
+    return str(r.get("variant", "default"))  # records from before variants were kbv as a user runs it
 
 
 def merge(data: dict[str, Any], records: list[dict[str, Any]]) -> None:
@@ -182,27 +205,31 @@ def merge(data: dict[str, Any], records: list[dict[str, Any]]) -> None:
 
 def salvage(work: Path, data: dict[str, Any]) -> None:
     """The pairs of runs cut short (the step's time limit), from their run directories."""
-    for found in sorted(work.glob("*/run-*/results.json")):
+    for found in sorted(work.glob("*/*/run-*/results.json")):
         try:
             merge(data, json.loads(found.read_text()))
         except (OSError, ValueError):
             continue  # written as the run was killed: its pairs run again
 
 
-def missing(data: dict[str, Any], case: str, names: list[str], protocols: tuple[str, ...], run: int) -> list[str]:
-    """The candidates of `case` with no record under some protocol for `run`."""
-    have = {(r["candidate"], r["protocol"]) for r in data["results"] if r["case"] == case and int(r["run"]) == run}
+def missing(data: dict[str, Any], variant: str, case: str, names: list[str], protocols: tuple[str, ...],
+            run: int) -> list[str]:
+    """The candidates of `case` with no record under some protocol for `run` of `variant`."""
+    have = {(r["candidate"], r["protocol"]) for r in data["results"]
+            if variant_of(r) == variant and r["case"] == case and int(r["run"]) == run}
     return [n for n in names if any((n, p) not in have for p in protocols)]
 
 
-def one_run(args: argparse.Namespace, work: Path, case_name: str, run: int, names: list[str]) -> dict[str, Any]:
-    """Run `run` of a case in a fresh process and run directory, for `names` only; its records."""
+def one_run(args: argparse.Namespace, work: Path, variant: str, case_name: str, run: int,
+            names: list[str]) -> dict[str, Any]:
+    """Run `run` of a case under `variant` in a fresh process and run directory, for `names` only;
+    its records."""
     case = CASES[case_name]
     cache = work / "cache"
     cold = run == 0
     if cold:  # an empty build cache; later runs find what this one built
         shutil.rmtree(cache, ignore_errors=True)
-    run_dir = work / case_name / f"run-{run}"
+    run_dir = work / case_name / variant / f"run-{run}"
     shutil.rmtree(run_dir, ignore_errors=True)  # fresh, whatever an earlier attempt left
     cands = run_dir / "candidates"
     cands.mkdir(parents=True)
@@ -211,27 +238,28 @@ def one_run(args: argparse.Namespace, work: Path, case_name: str, run: int, name
     spec = {"case": case_name, "run": run, "candidates": str(cands), "problems": case.problems,
             "protocol": args.protocol, "device": args.device, "run_dir": str(run_dir / "run"),
             "cache_dir": str(cache), "timer_budget": args.timer_budget, "trials": args.trials,
-            "timeout": args.timeout, "standard_timing": args.standard_timing,
+            "timeout": args.timeout, "standard_timing": args.standard_timing, "variant": variant,
             "results": str(run_dir / "results.json")}
-    print(f"=== {case_name} run {run} ({'cold' if cold else 'warm'} cache): {len(names)} candidates", flush=True)
+    print(f"=== {case_name} {variant} run {run} ({'cold' if cold else 'warm'} cache): {len(names)} candidates",
+          flush=True)
     path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env)
     wall = round(time.monotonic() - t0, 1)
     results = json.loads(Path(spec["results"]).read_text()) if Path(spec["results"]).exists() else []
-    return {"run": {"case": case_name, "run": run, "cache": "cold" if cold else "warm", "wall_s": wall,
+    return {"run": {"case": case_name, "variant": variant, "run": run, "cache": "cold" if cold else "warm", "wall_s": wall,
                     "candidates": names, "exit": done.returncode}, "results": results}
 
 
 def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (case, pair, protocol): every run's speedup, max/min, which runs' intervals cover every other
-    run's speedup, and the runs marked unstable."""
-    groups: dict[tuple[str, str, str, str], dict[int, dict[str, Any]]] = {}
+    """Per (variant, case, pair, protocol): every run's speedup, max/min, which runs' intervals cover
+    every other run's speedup, and the runs marked unstable."""
+    groups: dict[tuple[str, str, str, str, str], dict[int, dict[str, Any]]] = {}
     for r in results:
-        groups.setdefault(_key(r)[:4], {})[int(r["run"])] = r
+        groups.setdefault(_key(r)[:5], {})[int(r["run"])] = r
     rows = []
-    for (case, problem, candidate, protocol), by_run in sorted(groups.items()):
+    for (variant, case, problem, candidate, protocol), by_run in sorted(groups.items()):
         runs = sorted(by_run)
         speeds = {i: by_run[i]["speedup"] for i in runs}
         known = [s for s in speeds.values() if s is not None and s > 0]
@@ -239,17 +267,32 @@ def summarise(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i in runs:
             iv, others = by_run[i]["interval"], [speeds[j] for j in runs if j != i and speeds[j] is not None]
             covers[i] = None if not iv or not others else all(iv[0] <= s <= iv[1] for s in others)
-        rows.append({"case": case, "problem": problem, "candidate": candidate, "protocol": protocol,
+        timed = [by_run[i]["candidate_ms"] for i in runs if by_run[i].get("candidate_ms")]
+        rows.append({"variant": variant, "case": case, "problem": problem, "candidate": candidate, "protocol": protocol,
                      "runs": runs, "speedups": [speeds[i] for i in runs],
                      "statuses": sorted({by_run[i]["status"] for i in runs}),
                      "max_over_min": max(known) / min(known) if len(known) > 1 else None,
                      "covers": [covers[i] for i in runs],
-                     "unstable": sum("unstable_timing" in by_run[i]["categories"] for i in runs)})
+                     "unstable": sum("unstable_timing" in by_run[i]["categories"] for i in runs),
+                     "candidate_ms": min(timed) if timed else None})
     return rows
 
 
+def by_cause(rows: list[dict[str, Any]], min_ms: float = 0.02) -> list[dict[str, Any]]:
+    """Per (variant, protocol), over its pairs of `min_ms` or more with two runs or more: the median
+    max/min across runs, and how many pairs stay within HOLDS."""
+    out = []
+    for variant, protocol in sorted({(r["variant"], r["protocol"]) for r in rows}):
+        ratios = sorted(r["max_over_min"] for r in rows if r["variant"] == variant and r["protocol"] == protocol
+                        and r["max_over_min"] and (r["candidate_ms"] or 0) >= min_ms)
+        mid = ratios[len(ratios) // 2] if ratios else None
+        out.append({"variant": variant, "protocol": protocol, "pairs": len(ratios), "median_max_over_min": mid,
+                    "within": sum(x <= HOLDS for x in ratios)})
+    return out
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'case':7s} {'problem':14s} {'candidate':24s} {'protocol':9s} {'status':17s} "
+    print(f"\n{'variant':15s} {'case':7s} {'problem':14s} {'candidate':24s} {'protocol':9s} {'status':17s} "
           f"{'speedups (run 0, 1, ...)':34s} {'max/min':>7s} {'covers':>7s} {'unstable':>8s}")
     for r in rows:
         speeds = " ".join(_fmt(s) for s in r["speedups"])
@@ -257,10 +300,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         covers = f"{sum(judged)}/{len(judged)}" if judged else "-"
         ratio = f"{r['max_over_min']:.2f}" if r["max_over_min"] else "-"
         unstable = f"{r['unstable']}/{len(r['runs'])}" if r["protocol"] == "standard" else "-"
-        print(f"{r['case']:7s} {r['problem']:14s} {r['candidate']:24s} {r['protocol']:9s} "
+        print(f"{r['variant']:15s} {r['case']:7s} {r['problem']:14s} {r['candidate']:24s} {r['protocol']:9s} "
               f"{','.join(r['statuses']):17s} {speeds:34s} {ratio:>7s} {covers:>7s} {unstable:>8s}")
     print("covers: runs whose 95% interval holds every other run's speedup; unstable: standard verdicts "
           "marked unstable_timing")
+    print(f"\nper cause (pairs of 20 us or more): {'variant':15s} {'protocol':9s} {'pairs':>5s} "
+          f"{'median max/min':>14s} {'within ' + str(HOLDS):>12s}")
+    for c in by_cause(rows):
+        mid = f"{c['median_max_over_min']:.3f}" if c["median_max_over_min"] else "-"
+        print(f"{'':35s} {c['variant']:15s} {c['protocol']:9s} {c['pairs']:>5d} {mid:>14s} "
+              f"{str(c['within']) + '/' + str(c['pairs']):>12s}")
 
 
 def _fmt(s: float | None) -> str:
@@ -274,6 +323,8 @@ def main() -> int:
     parser.add_argument("--cases", default=None, help="comma-separated: launch, large, tiny "
                         "(default: launch,large on a GPU, tiny on a CPU)")
     parser.add_argument("--protocol", default="both")
+    parser.add_argument("--variants", default="default", help="comma-separated: " + ", ".join(VARIANTS)
+                        + " (each run of each, interleaved)")
     parser.add_argument("--standard-timing", default="cuda_event", help="cuda_event, do_bench or host_time")
     parser.add_argument("--timer-budget", type=float, default=4.0)
     parser.add_argument("--trials", type=int, default=1)
@@ -293,6 +344,10 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown case(s) {unknown}; expected {sorted(CASES)}")
     protocols = ("standard", "verified") if args.protocol == "both" else (args.protocol,)
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser.error(f"unknown variant(s) {unknown}; expected some of {sorted(VARIANTS)}")
     work = Path(args.work or tempfile.mkdtemp(prefix="kbv-repeat-"))
     out = Path(args.out) if args.out else work / "repeat.json"
     data = load(out)
@@ -302,18 +357,20 @@ def main() -> int:
     salvage(work, data)
     names = {c: write_candidates(CASES[c], work / c / "candidates") for c in cases}
     for run in range(args.runs):
-        for case in cases:
-            left = missing(data, case, names[case], protocols, run)
-            if not left:
-                print(f"=== {case} run {run}: every pair already measured, skipped")
-                continue
-            got = one_run(args, work, case, run, left)
-            merge(data, got["results"])
-            data["runs"].append(got["run"])
-            save(out, data)
-            if got["run"]["exit"] != 0:
-                print(f"{case} run {run} failed (exit {got['run']['exit']}); what it finished is kept", file=sys.stderr)
-                return 1
+        for variant in variants:
+            for case in cases:
+                left = missing(data, variant, case, names[case], protocols, run)
+                if not left:
+                    print(f"=== {case} {variant} run {run}: every pair already measured, skipped")
+                    continue
+                got = one_run(args, work, variant, case, run, left)
+                merge(data, got["results"])
+                data["runs"].append(got["run"])
+                save(out, data)
+                if got["run"]["exit"] != 0:
+                    print(f"{case} {variant} run {run} failed (exit {got['run']['exit']}); what it finished is kept",
+                          file=sys.stderr)
+                    return 1
     save(out, data)
     print_table(data["summary"])
     print(f"\nresults: {out}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_an_identity_candidate_is_the_problems_model_renamed() -> None:
+def _module() -> Any:
     spec = importlib.util.spec_from_file_location("repeat_bench", SCRIPT)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
@@ -33,10 +34,47 @@ def test_an_identity_candidate_is_the_problems_model_renamed() -> None:
         spec.loader.exec_module(bench)
     finally:
         del sys.modules[spec.name]
+    return bench
+
+
+def test_an_identity_candidate_is_the_problems_model_renamed() -> None:
+    bench = _module()
     code = "class Model(nn.Module):\n    def __init__(self):\n        super(Model, self).__init__()\nModels = 1\n"
     renamed = bench.identity_source(code, "L1/2_ReLU")
     assert "class ModelNew(nn.Module)" in renamed and "super(ModelNew, self)" in renamed
     assert "Models = 1" in renamed and "class Model(" not in renamed
+
+
+def _result(variant: str | None, run: int, speedup: float, ms: float = 0.05) -> dict[str, Any]:
+    r = {"case": "launch", "problem": "L1/2_ReLU", "candidate": "2_ReLU__identity", "protocol": "verified",
+         "run": run, "status": "no_custom_kernel", "categories": [], "speedup": speedup,
+         "interval": [speedup * 0.98, speedup * 1.02], "candidate_ms": ms}
+    return r if variant is None else {**r, "variant": variant}
+
+
+def test_each_cause_is_summarised_apart_and_records_from_before_variants_are_the_default() -> None:
+    bench = _module()
+    results = [_result(None, 0, 1.00), _result(None, 1, 1.03),  # kbv as a user runs it
+               _result("no-clock-warmup", 0, 0.50), _result("no-clock-warmup", 1, 1.00),
+               _result("builds-beside", 0, 1.0, ms=0.005), _result("builds-beside", 1, 2.0, ms=0.005)]
+    rows = {r["variant"]: r for r in bench.summarise(results)}
+    assert rows["default"]["max_over_min"] == pytest.approx(1.03)
+    assert rows["default"]["covers"] == [False, False]  # +-2% intervals, 3% apart: neither holds the other
+    assert rows["no-clock-warmup"]["max_over_min"] == pytest.approx(2.0)
+    causes = {c["variant"]: c for c in bench.by_cause(list(rows.values()))}
+    assert causes["default"]["within"] == 1 and causes["no-clock-warmup"]["within"] == 0
+    assert causes["builds-beside"]["pairs"] == 0  # a 5 us pair is below the target's 20 us
+    # a rerun of one variant finds the other's runs do not count for it
+    assert bench.missing({"results": results}, "default", "launch", ["2_ReLU__identity"], ("verified",), 1) == []
+    assert bench.missing({"results": results[:2]}, "no-clock-warmup", "launch", ["2_ReLU__identity"],
+                         ("verified",), 0) == ["2_ReLU__identity"]
+    assert bench.VARIANTS["no-clock-warmup"] == {"warm_clocks": False}
+
+
+def test_an_unknown_variant_is_a_one_line_error() -> None:
+    done = _bench("--device", "cpu", "--variants", "no-flush", "--runs", "1")
+    assert done.returncode == 2 and "unknown variant(s) ['no-flush']" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.slow

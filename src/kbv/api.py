@@ -66,6 +66,7 @@ class EvalConfig:
     pch: bool = True  # builds share precompiled torch headers (kbv.pch)
     tolerance: float = 1e-2  # the standard protocol's atol = rtol
     standard_timing: str = "cuda_event"  # the standard protocol's timer: cuda_event | do_bench | host_time
+    warm_clocks: bool = True  # warm a GPU's clocks before every timed window (kbv.clocks); off: benches of its effect
     cache_dir: str | None = None  # builds; default $KBV_CACHE_DIR or ~/.cache/kbv
     precision: str = "tf32"  # the verified baseline's float32 policy: tf32 | fp32
     baselines: tuple[str, ...] = ("eager-tf32",)  # timed under the verified protocol
@@ -431,10 +432,11 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
     if probe:
         check_strict(mode, probe["sandbox"])
     provenance.update(isolation.record() if isolation else probe["sandbox"])
+    provenance["warm_clocks"] = config.warm_clocks
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
                     cuda_arch_list=arch, provenance=provenance, sandbox=mode.value, isolation=isolation,
-                    pch=config.pch, build_isolation=config.build_isolation)
+                    pch=config.pch, build_isolation=config.build_isolation, warm_clocks=config.warm_clocks)
 
 
 def _sandbox_record(settings: Settings) -> dict[str, Any]:

@@ -92,6 +92,7 @@ def eval_command(
     pch: bool = typer.Option(True, "--pch/--no-pch", help="Builds share precompiled torch headers (the C++ bindings file only)."),
     tolerance: float = typer.Option(1e-2, help="Standard protocol atol = rtol (KernelBench v0.1: 1e-2; HEAD: 1e-4)."),
     standard_timing: str = typer.Option("cuda_event", help="Standard protocol timer, KernelBench's methods: cuda_event (its default), do_bench or host_time."),
+    warm_clocks: bool = typer.Option(True, "--warm-clocks/--no-warm-clocks", help="Keep a GPU busy until its clocks are up before every timed window (both protocols)."),
     cache_dir: Optional[str] = typer.Option(None, help="Where builds are cached across runs (default $KBV_CACHE_DIR or ~/.cache/kbv)."),
     precision: str = typer.Option("tf32", help="Verified baseline precision: tf32 (realistic) or fp32 (strict)."),
     baseline: str = typer.Option("eager-tf32", help="Verified baselines to time, comma-separated: eager-tf32, eager-fp32, compile."),
@@ -108,7 +109,8 @@ def eval_command(
     config = EvalConfig(candidates=candidates, problems=problems, protocol=protocol, device=device,
                         devices=devices, pairs_per_device=pairs_per_device, executor=executor, ray_address=ray_address, run_dir=run, seed=seed, timeout_s=timeout, build_timeout_s=build_timeout,
                         jobs=jobs, build_isolation=build_isolation, pch=pch,
-                        tolerance=tolerance, standard_timing=standard_timing, cache_dir=cache_dir, precision=precision,
+                        tolerance=tolerance, standard_timing=standard_timing, warm_clocks=warm_clocks,
+                        cache_dir=cache_dir, precision=precision,
                         baselines=tuple(b.strip() for b in baseline.split(",") if b.strip()),
                         trials=trials, ci_target=ci_target, timer_budget_s=timer_budget,
                         min_custom_share=min_custom_share, sandbox=sandbox)

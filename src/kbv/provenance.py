@@ -68,7 +68,7 @@ def _cpu_name() -> str:
 
 
 @contextlib.contextmanager
-def _nvml(device: str | None = None) -> Iterator[tuple[Any, Any]]:
+def nvml_session(device: str | None = None) -> Iterator[tuple[Any, Any]]:
     """One NVML session: (pynvml, the handle of CUDA `device` or None). The handle is matched by PCI bus
     id, because CUDA (and CUDA_VISIBLE_DEVICES) and NVML number GPUs differently. Raises when NVML
     (nvidia-ml-py) is missing or fails; callers treat that as "not known"."""
@@ -89,7 +89,7 @@ def _nvml(device: str | None = None) -> Iterator[tuple[Any, Any]]:
 
 
 def _driver_version() -> str | None:
-    with contextlib.suppress(Exception), _nvml() as (pynvml, _):
+    with contextlib.suppress(Exception), nvml_session() as (pynvml, _):
         version = pynvml.nvmlSystemGetDriverVersion()
         return version.decode() if isinstance(version, bytes) else str(version)
     with contextlib.suppress(Exception):
@@ -106,7 +106,7 @@ def device_state(device: str) -> dict[str, Any]:
         return {}
     import os
 
-    with contextlib.suppress(Exception), _nvml(device) as (pynvml, handle):
+    with contextlib.suppress(Exception), nvml_session(device) as (pynvml, handle):
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         return {
             "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),

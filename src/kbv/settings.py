@@ -35,6 +35,7 @@ class Settings:
     pch: bool = True  # builds share precompiled torch headers (`kbv.pch`)
     build_isolation: str = "auto"  # how builds keep out of timings (`kbv.placement`)
     child_threads: int = 0  # OMP_NUM_THREADS of the children a lane times (0: their default)
+    warm_clocks: bool = True  # a GPU's clocks are warmed before every timed window (`kbv.clocks`)
 
     def compile_env(self) -> dict[str, str]:
         """The variables every child's extension builds run with: the same in build and evaluation

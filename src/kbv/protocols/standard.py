@@ -27,6 +27,7 @@ import torch
 
 from kbv.builds import Build
 from kbv.candidates import Pair
+from kbv.clocks import warm_before_timing
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError, UsageError, did_you_mean
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
@@ -209,6 +210,7 @@ class StandardRunner:
                      "precision": self.protocol.precision}, timeout)
             inputs = sb.put(ctx.timing_inputs, timeout)
             with stage("timing"):
+                warm_before_timing(self.settings)
                 reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)}, timeout)
         except ChildFailure as failure:
             raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
@@ -245,17 +247,20 @@ class StandardRunner:
                                       message=f"{len(trials) - len(failed)}/{len(trials)} trials passed: "
                                               f"{failed[0].note}")
             with stage("timing"):
-                reply = sb.call({"op": "time", "inputs": sb.put(ctx.timing_inputs, time_left(deadline)),
-                                 "config": asdict(self.protocol.timer)}, time_left(deadline))
+                inputs = sb.put(ctx.timing_inputs, time_left(deadline))
+                warmed = warm_before_timing(self.settings)
+                reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)},
+                                time_left(deadline))
         except ChildFailure as failure:
             return finish_verdict(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
         assert ctx.baseline is not None
         flush_ms = _finite(reply.get("flush_ms"))
         timing, unstable = _timing(timed_stats(reply), ctx.baseline, flush_ms, self.protocol.timer.method,
                                    self.settings)
+        evidence = {**({"flush_ms": flush_ms} if flush_ms is not None else {}),
+                    **({"clock_warmup": warmed.evidence()} if warmed is not None else {})}
         return finish_verdict(base, t0, status=Status.CORRECT, trials=tuple(trials), timing=timing,
-                              categories=(Category.UNSTABLE_TIMING,) if unstable else (),
-                              evidence={"flush_ms": flush_ms} if flush_ms is not None else {},
+                              categories=(Category.UNSTABLE_TIMING,) if unstable else (), evidence=evidence,
                               speedup=timing.speedups["eager"], message=f"{len(trials)}/{len(trials)} trials passed")
 
 

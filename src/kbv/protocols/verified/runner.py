@@ -25,6 +25,7 @@ import torch
 
 from kbv.builds import Build
 from kbv.candidates import Pair
+from kbv.clocks import warm_before_timing
 from kbv.compare import judge_outputs
 from kbv.detect.attribution import Attribution, attribute, missing_custom_work
 from kbv.detect.caches import replayed_timing
@@ -258,8 +259,11 @@ class VerifiedRunner:
             j = judge_outputs(outputs, ev.truth, ev.baseline_err, self.protocol.tolerance)
             return None if j.passed else f"pool entry {index}: error {j.worst.norm if j.worst else float('nan'):.2e}"
 
-        return measure_speed(sb, prepared.baselines, self.timer, len(prepared.pool), check, prepared.output_like,
-                             deadline)
+        warmed = warm_before_timing(self.settings)
+        speed = measure_speed(sb, prepared.baselines, self.timer, len(prepared.pool), check, prepared.output_like,
+                              deadline)
+        return speed if warmed is None else replace(speed, notes=speed.notes + (warmed.describe(),),
+                                                   clock_warmup=warmed.evidence())
 
     def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float,
                       costs: tuple[float, float] | None) -> tuple[Category, str] | None:
@@ -340,7 +344,8 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
     status = status_of(cats)
     timing = _timing(speed, prepared, settings)
     ev.update({"timing_findings": [f"{c_.value}: {why}" for c_, why in found], "copy_gbps": copy_gbps,
-               "device_state": device_state(settings.device)})
+               "device_state": device_state(settings.device),
+               **({"clock_warmup": speed.clock_warmup} if speed.clock_warmup else {})})
     message = ("verified on " + ", ".join(prepared.calibration.applicable()) if status is Status.VERIFIED
                else "; ".join(why for _, why in found))
     if status is Status.VERIFIED and speed.charge > 1.0:

@@ -70,6 +70,7 @@ class SpeedResult:
     charge: float = 1.0  # the candidate's speedups are divided by this (>= 1: its wall clock exceeded its report)
     notes: tuple[str, ...] = ()
     window_costs_ms: tuple[float, float] | None = None  # (launch, sync) taken out of every call, as measured
+    clock_warmup: dict[str, Any] | None = None  # what warming the device's clocks before the window did (kbv.clocks)
 
 
 def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributions: int = 1) -> int:
