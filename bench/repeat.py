@@ -195,7 +195,8 @@ def _key(r: dict[str, Any]) -> tuple[str, str, str, str, str, int]:
 
 
 def variant_of(r: dict[str, Any]) -> str:
-    return str(r.get("variant", "default"))  # records from before variants were kbv as a user runs it
+    """A record's variant; `legacy` for one made before variants, when no clocks were warmed."""
+    return str(r.get("variant", "legacy"))
 
 
 def merge(data: dict[str, Any], records: list[dict[str, Any]]) -> None:

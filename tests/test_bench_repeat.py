@@ -52,9 +52,9 @@ def _result(variant: str | None, run: int, speedup: float, ms: float = 0.05) -> 
     return r if variant is None else {**r, "variant": variant}
 
 
-def test_each_cause_is_summarised_apart_and_records_from_before_variants_are_the_default() -> None:
+def test_each_cause_is_summarised_apart_and_records_from_before_variants_stand_apart() -> None:
     bench = _module()
-    results = [_result(None, 0, 1.00), _result(None, 1, 1.03),  # kbv as a user runs it
+    results = [_result("default", 0, 1.00), _result("default", 1, 1.03),  # kbv as a user runs it
                _result("no-clock-warmup", 0, 0.50), _result("no-clock-warmup", 1, 1.00),
                _result("builds-beside", 0, 1.0, ms=0.005), _result("builds-beside", 1, 2.0, ms=0.005)]
     rows = {r["variant"]: r for r in bench.summarise(results)}
@@ -69,6 +69,11 @@ def test_each_cause_is_summarised_apart_and_records_from_before_variants_are_the
     assert bench.missing({"results": results[:2]}, "no-clock-warmup", "launch", ["2_ReLU__identity"],
                          ("verified",), 0) == ["2_ReLU__identity"]
     assert bench.VARIANTS["no-clock-warmup"] == {"warm_clocks": False}
+    # a record from before variants (no clocks warmed then) is neither the default nor any variant
+    legacy = bench.summarise([_result(None, 0, 1.0), _result(None, 1, 1.5)])
+    assert [r["variant"] for r in legacy] == ["legacy"]
+    assert bench.missing({"results": [_result(None, 0, 1.0)]}, "default", "launch", ["2_ReLU__identity"],
+                         ("verified",), 0) == ["2_ReLU__identity"]
 
 
 def test_an_unknown_variant_is_a_one_line_error() -> None:

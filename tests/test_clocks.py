@@ -82,6 +82,38 @@ def test_without_nvml_the_device_is_kept_busy_a_fixed_time_and_the_verdict_says_
         "sm_mhz_before": None, "sm_mhz": None, "max_mhz": None, "warmed_ms": 150.0}
 
 
+def test_nvml_that_stops_answering_midway_falls_back_to_the_fixed_busy_time():
+    device = RampingDevice(cap_mhz=1980, step_ms=1e9)  # would never boost
+    calls = []
+
+    def flaky() -> tuple[int, int]:
+        calls.append(1)
+        if len(calls) > 3:
+            raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        return device.read()
+
+    warmed = keep_busy(device.busy, flaky, max_ms=5000)
+    assert warmed.sm_mhz is None and warmed.sm_mhz_before is None
+    assert FALLBACK_MS <= warmed.warmed_ms < FALLBACK_MS + 100
+    refused = keep_busy(device.busy, lambda: (_ for _ in ()).throw(RuntimeError("refused")), max_ms=5000)
+    assert refused.sm_mhz is None and refused.warmed_ms < FALLBACK_MS + 100
+
+
+def test_a_run_timed_on_cold_clocks_never_resumes_into_a_warmed_one(tmp_path):
+    from kbv.protocols.standard import StandardProtocol, StandardRunner
+    from kbv.protocols.verified.rules import VerifiedProtocol
+    from kbv.protocols.verified.runner import VerifiedRunner
+    from kbv.protocols.verified.timer import TimerConfig
+    from kbv.settings import Settings
+
+    warm = Settings(device="cpu", run_dir=tmp_path, cache_dir=tmp_path)
+    cold = Settings(device="cpu", run_dir=tmp_path, cache_dir=tmp_path, warm_clocks=False)
+    std = [StandardRunner(StandardProtocol(), s, None, "dev").fingerprint() for s in (warm, cold)]
+    ver = [VerifiedRunner(VerifiedProtocol(), TimerConfig(), ("eager-tf32",), s, b"k").fingerprint() for s in (warm, cold)]
+    assert std[0] == StandardProtocol().fingerprint()  # the default: resume keys as before
+    assert std[1] != std[0] and ver[1] != ver[0] and std[1].endswith("+no-warm-clocks")
+
+
 def test_a_cpu_has_no_clocks_to_warm():
     assert warm_clocks("cpu") is None
 

@@ -440,7 +440,7 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
 
 
 def _sandbox_record(settings: Settings) -> dict[str, Any]:
-    return {k: settings.provenance[k] for k in ("sandbox", "sandbox_level") if k in settings.provenance}
+    return {k: settings.provenance[k] for k in ("sandbox", "sandbox_level", "warm_clocks") if k in settings.provenance}
 
 
 

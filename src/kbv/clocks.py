@@ -93,19 +93,24 @@ def warm_clocks(device: str, max_ms: float = MAX_MS) -> ClockWarmup | None:
     if not device.startswith("cuda"):
         return None
     dev = torch.device(device)
-    try:
-        a = torch.ones((BUSY_N, BUSY_N), device=dev)
-        b = torch.empty_like(a)
-    except torch.OutOfMemoryError:  # a problem that fills the device: time it as it is
-        return None
+    buffers: list[torch.Tensor] = []
 
     def busy() -> None:
+        if not buffers:
+            buffers.extend((torch.ones((BUSY_N, BUSY_N), device=dev), torch.empty((BUSY_N, BUSY_N), device=dev)))
+        a, b = buffers
         for _ in range(BUSY_CALLS):
             torch.mm(a, a, out=b)
         torch.cuda.synchronize(dev)
 
-    with contextlib.ExitStack() as stack:
-        return keep_busy(busy, _sm_reader(device, stack), max_ms)
+    try:
+        with contextlib.ExitStack() as stack:
+            return keep_busy(busy, _sm_reader(device, stack), max_ms)
+    except torch.OutOfMemoryError:  # a problem that fills the device (buffers, cuBLAS's workspace): as it is
+        return None
+    finally:  # nothing of the warm-up stays cached in this process while a child times on the device
+        buffers.clear()
+        torch.cuda.empty_cache()
 
 
 def _sm_reader(device: str, stack: contextlib.ExitStack) -> Callable[[], tuple[int, int]] | None:
@@ -128,16 +133,32 @@ def keep_busy(busy: Callable[[], None], read: Callable[[], tuple[int, int]] | No
     """Run `busy` (a burst of device work that returns when it is done) until `read` (the SM clock and
     its maximum, MHz) says the clocks have settled, or `max_ms` (FALLBACK_MS without `read`) has passed."""
     t0 = time.perf_counter()
-    before, top = read() if read is not None else (None, None)
+    before, top = _read(read) or (None, None)
+    if before is None:
+        read = None
     limit = max_ms if read is not None else min(FALLBACK_MS, max_ms)
     readings: list[tuple[float, int]] = []
     while True:
         busy()
         elapsed = (time.perf_counter() - t0) * 1e3
-        if read is not None:
-            readings.append((elapsed, read()[0]))
+        now = _read(read)
+        if now is not None:
+            readings.append((elapsed, now[0]))
             if clocks_settled(readings, top):
                 break
+        elif read is not None:  # NVML stopped answering: the fixed busy time, the clocks unknown
+            read, readings, before, top = None, [], None, None
+            limit = min(FALLBACK_MS, max_ms)
         if elapsed >= limit:
             break
     return ClockWarmup(before, readings[-1][1] if readings else None, top, elapsed)
+
+
+def _read(read: Callable[[], tuple[int, int]] | None) -> tuple[int, int] | None:
+    """One reading, or None where there is no reader or it fails (NVML can refuse at any time)."""
+    if read is None:
+        return None
+    try:
+        return read()
+    except Exception:
+        return None

@@ -183,10 +183,12 @@ class StandardRunner:
         self.device_fingerprint = device_fingerprint
 
     def fingerprint(self) -> str:
-        return self.protocol.fingerprint()
+        """The protocol's rules, and the timings' conditions where they are not the default: a verdict or
+        a stored baseline timed on cold clocks (`--no-warm-clocks`) never resumes into a warmed run."""
+        return self.protocol.fingerprint() + ("" if self.settings.warm_clocks else "+no-warm-clocks")
 
     def prepare(self, pair: Pair) -> StandardContext:
-        key = f"{pair.problem.hash}:{self.protocol.fingerprint()}:{self.device_fingerprint}:eager"
+        key = f"{pair.problem.hash}:{self.fingerprint()}:{self.device_fingerprint}:eager"
         cached = self.baselines.get_baseline(key) if self.baselines else None
         with stage("prepare"), contextlib.ExitStack() as stack:
             sb = None

@@ -151,15 +151,20 @@ class PreparedProblem:
             t.release()
 
 
-def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.device, secret: bytes) -> PreparedProblem:
-    """Calibrate and lay out the hidden trials (made on demand). Raises ProblemRunError."""
+def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.device, secret: bytes,
+                   calibration: Calibration | None = None) -> PreparedProblem:
+    """Calibrate (unless a `calibration` this problem, secret and device had is given) and lay out the
+    hidden trials (made on demand). Raises ProblemRunError, and UnsoundProblemError where no
+    distribution applies."""
     module = instantiate_problem(problem)
     with problem_code(problem.origin, "get_init_inputs"):
         init_inputs = list(module.get_init_inputs())
     reference = Reference(module, init_inputs, device, protocol.precision, problem.origin,
                           draw_constants=DRAW_CONSTANT_PARAMETERS)
-    calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
-    calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
+    if calibration is None:
+        calib_model = reference.build(trial_seed(secret, problem.hash, "calibration", 0, "weights"))
+        calibration = calibrate(module, problem.origin, lambda x: reference.baseline_outputs(calib_model, x), device)
+        del calib_model
     trials = [_trial(reference, module, problem, secret, dist, i, calibration, device)
               for dist in calibration.applicable() for i in range(protocol.trials_per_distribution)]
     if not trials:

@@ -52,7 +52,8 @@ from kbv.protocols.verified.rules import (
     VerifiedProtocol,
 )
 from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
-from kbv.provenance import device_state
+from kbv.protocols.verified.findings import Findings, FindingsCache, findings_key
+from kbv.provenance import device_fingerprint, device_state
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.settings import Settings, deadline_in, time_left
 from kbv.stages import stage
@@ -96,6 +97,8 @@ class VerifiedRunner:
         self.settings = settings
         self.secret = secret
         self.copy_gbps: float | None = None  # the device's copy bandwidth, measured once by a baseline child
+        # what preparing a problem found, for its next preparation under the same secret and device
+        self.findings = FindingsCache(settings.cache_dir / "findings")
         # benches only (`EvalConfig.time_unattributed`): a no_custom_kernel candidate is timed all the
         # same, for its figures; its status stands and it gets no speedup
         self.time_unattributed = time_unattributed
@@ -104,25 +107,35 @@ class VerifiedRunner:
         """The protocol's rules, its timer and its baselines: what a stored verdict must match to be reused."""
         extra = f"{self.timer}{self.baseline_names}"
         bench = "+time-unattributed" if self.time_unattributed else ""  # never resumed into a plain run
-        return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8] + bench
+        cold = "" if self.settings.warm_clocks else "+no-warm-clocks"  # timed on cold clocks: likewise
+        return self.protocol.fingerprint() + hashlib.sha256(extra.encode()).hexdigest()[:8] + bench + cold
 
     # -- 1. prepare ------------------------------------------------------------------------------
     def prepare(self, pair: Pair) -> PreparedProblem | UnsoundProblem:
         """The problem prepared for its candidates, or an `UnsoundProblem` when none of them can be
         judged (each then gets an `unsound_problem` verdict). Raises ProblemError."""
+        key = findings_key(pair.problem.hash, self.fingerprint(), self.secret,
+                           device_fingerprint(self.settings.provenance))
+        known = self.findings.get(key)
         with stage("prepare"):
+            if known is not None and known.unsound is not None:
+                return UnsoundProblem(known.unsound, flags=(known.unsound,))
             stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
             try:
-                prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret)
+                prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret,
+                                          known.calibration() if known is not None else None)
             except UnsoundProblemError as exc:
                 stack.close()
+                self.findings.put(key, Findings({}, {}, unsound=str(exc)))
                 return UnsoundProblem(str(exc), flags=(str(exc),))
             except BaseException:
                 stack.close()
                 raise
             prepared.stack.enter_context(stack)
             try:
-                found = screen_trials(prepared, self.protocol)
+                found = known.screen() if known is not None else screen_trials(prepared, self.protocol)
+                if known is None:  # the calibration as made, before the screen's distributions leave it
+                    self.findings.put(key, Findings.of(prepared.calibration, found))
                 drop_distributions(prepared, found.inapplicable)
                 prepared.flags, prepared.screen_notes = found.flags, found.notes
                 prepared.unjudgeable = found.unjudgeable
@@ -332,6 +345,8 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
             timed: dict[str, Any] = {}
             if records.speed is not None:  # `time_unattributed` (a bench's setting): the figures, never a speedup
                 t = _timing(records.speed, prepared, settings)
+                if records.speed.clock_warmup:
+                    ev["clock_warmup"] = records.speed.clock_warmup
                 timed["timing"] = replace(t, notes=t.notes + (
                     "timed though no custom kernel counts (time_unattributed, a bench setting): no speedup",))
             return {"status": Status.NO_CUSTOM_KERNEL, "categories": (lacking[0],), "trials": trials,
