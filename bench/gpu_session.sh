@@ -22,7 +22,8 @@
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
 # CPU-seconds before and after on the same candidates (bench/builds.py; no GPU work, CPU only).
-# `spares` times the examples with and without spare reference children (bench/spares.py).
+# `spares` times the examples with and without spare reference children, `findings` with and without the
+# findings kept from the run before (bench/prepare.py).
 # COLD_PAIRS sets `cold`'s --pairs-per-device; `cold-one` then runs the same candidates one pair at a time.
 # `cold-before` evaluates the candidates `cold` made with the kbv under BEFORE_SRC (a checkout of an
 # earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
@@ -169,8 +170,10 @@ for s in "$@"; do
         --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
         --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
       cp /tmp/kbv-repeat/repeat.json "$OUT/repeat.json" 2>/dev/null ;;
-    spares) step spares "${SPARES_LIMIT:-400}" python3 bench/spares.py --device cuda --problems full \
+    spares) step spares "${SPARES_LIMIT:-400}" python3 bench/prepare.py --compare spares --device cuda --problems full \
       --protocol "${SPARES_PROTOCOL:-both}" --rounds "${SPARES_ROUNDS:-2}" --timer-budget 2 --out "$OUT/spares.json" ;;
+    findings) step findings "${FINDINGS_LIMIT:-400}" python3 bench/prepare.py --compare findings --device cuda \
+      --problems full --protocol verified --rounds "${FINDINGS_ROUNDS:-2}" --timer-budget 2 --out "$OUT/findings.json" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -1,11 +1,14 @@
-"""Spare reference children (`kbv.executors.local.SPARES`) against none, side by side: the examples'
-pairs evaluated R times each way, alternating, in one process, builds cached after the first run.
-Per run: wall seconds, the `prepare` stage's seconds per prepared problem (where a baseline child's
-start-up lands when no spare is ready), and the statuses (which must not change). Prints a table;
-writes JSON.
+"""Preparation, side by side: the examples' pairs evaluated R times each way, alternating, in one
+process, builds cached after a first warm-up run. `--compare` picks the two ways:
+- `spares`: spare reference children (`kbv.executors.local.SPARES`) against none;
+- `findings`: the calibration and soundness findings kept from the run before (the same secret,
+  `--seed`; `kbv.protocols.verified.findings`) against an emptied findings cache (verified only).
+Per run: wall seconds, the `prepare` stage's seconds per prepared problem, and the statuses (which must
+not change). Prints a table; writes JSON.
 
-    PYTHONPATH=src python3 bench/spares.py --device cpu --rounds 2
-    PYTHONPATH=src python3 bench/spares.py --device cuda --problems full --protocol both --out spares.json
+    PYTHONPATH=src python3 bench/prepare.py --device cpu --rounds 2
+    PYTHONPATH=src python3 bench/prepare.py --device cpu --compare findings --protocol verified
+    PYTHONPATH=src python3 bench/prepare.py --device cuda --problems full --protocol both --out spares.json
 """
 
 from __future__ import annotations
@@ -30,13 +33,16 @@ def main() -> int:
     ap.add_argument("--protocol", default="standard")
     ap.add_argument("--rounds", type=int, default=2, help="runs each way, alternating (after one warm-up run)")
     ap.add_argument("--timer-budget", type=float, default=1.0)
+    ap.add_argument("--compare", default="spares", choices=("spares", "findings"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.compare == "findings" and args.protocol == "standard":
+        ap.error("--compare findings needs --protocol verified or both: the standard protocol keeps no findings")
 
     import kbv.executors.local as local
     from kbv.api import EvalConfig, evaluate
 
-    work = Path(tempfile.mkdtemp(prefix="kbv-spares-"))
+    work = Path(tempfile.mkdtemp(prefix="kbv-prepare-"))
     cands = work / "candidates"
     cands.mkdir()
     for f in sorted((ROOT / "examples").glob("*.py")):
@@ -44,31 +50,35 @@ def main() -> int:
             continue  # skipped on a CPU: no pair to prepare
         shutil.copy(f, cands / f.name)
     runs: list[dict[str, Any]] = []
-    order = [local.SPARES] + [n for _ in range(args.rounds) for n in (0, local.SPARES)]
-    for i, spares in enumerate(order):
-        local.SPARES = spares
+    ways = {"spares": (f"spares={local.SPARES}", "spares=0"), "findings": ("kept", "cleared")}[args.compare]
+    order = [ways[0]] + [w for _ in range(args.rounds) for w in (ways[1], ways[0])]
+    default_spares = local.SPARES
+    for i, way in enumerate(order):
+        local.SPARES = 0 if way == "spares=0" else default_spares
+        if way == "cleared":
+            shutil.rmtree(work / "cache" / "findings", ignore_errors=True)
         t0 = time.monotonic()
         result = evaluate(EvalConfig(candidates=str(cands), problems=args.problems, protocol=args.protocol,
                                      device=args.device, seed=7, timer_budget_s=args.timer_budget,
                                      run_dir=str(work / f"run{i}"), cache_dir=str(work / "cache")))
         prepare = [v.evidence.get("stages_s", {}).get("prepare", 0.0) for v in result.verdicts]
         prepared = [p for p in prepare if p > 0]
-        runs.append({"spares": spares, "warm_up": i == 0, "wall_s": round(time.monotonic() - t0, 2),
+        runs.append({"way": way, "warm_up": i == 0, "wall_s": round(time.monotonic() - t0, 2),
                      "problems_prepared": len(prepared), "prepare_s": round(sum(prepared), 2),
                      "statuses": sorted(f"{v.candidate} {v.protocol} {v.status.value}" for v in result.verdicts)})
     return report(runs, args.out)
 
 
 def report(runs: list[dict[str, Any]], out: str | None) -> int:
-    print(f"{'run':>4} {'spares':>6} {'wall s':>8} {'prepared':>8} {'prepare s/problem':>18}")
+    print(f"{'run':>4} {'way':>9} {'wall s':>8} {'prepared':>8} {'prepare s/problem':>18}")
     for i, r in enumerate(runs):
         each = r["prepare_s"] / max(r["problems_prepared"], 1)
-        print(f"{i:>4} {r['spares']:>6} {r['wall_s']:>8.1f} {r['problems_prepared']:>8} {each:>18.2f}"
+        print(f"{i:>4} {r['way']:>9} {r['wall_s']:>8.1f} {r['problems_prepared']:>8} {each:>18.2f}"
               + ("   (warm-up: builds)" if r["warm_up"] else ""))
     timed = [r for r in runs if not r["warm_up"]]
-    for n in sorted({r["spares"] for r in timed}):
-        mine = [r for r in timed if r["spares"] == n]
-        print(f"spares={n}: median wall {statistics.median(r['wall_s'] for r in mine):.1f} s, "
+    for way in sorted({r["way"] for r in timed}):
+        mine = [r for r in timed if r["way"] == way]
+        print(f"{way}: median wall {statistics.median(r['wall_s'] for r in mine):.1f} s, "
               f"prepare {statistics.median(r['prepare_s'] / max(r['problems_prepared'], 1) for r in mine):.2f} s a problem")
     same = len({tuple(r["statuses"]) for r in runs}) == 1
     print("statuses: the same in every run" if same else "statuses DIFFER between runs")
