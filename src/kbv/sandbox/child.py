@@ -496,7 +496,7 @@ class Child:
         torch = self.torch
         args = [self._arg(a) for a in cmd["inputs"]]
         config = StandardTimerConfig(**cmd.get("config", {}))
-        with torch.no_grad():
+        with torch.no_grad(), self._timed():
             timed = time_kernelbench(self.clock, self.model, args, config)
         return {"samples_ms": timed.samples_ms, "host_ms": timed.host_ms, "flush_ms": timed.flush_ms,
                 "tampered": self.clock.tampered()}
@@ -544,7 +544,7 @@ class Child:
                 delivered.update(extra, copied=copied)
 
         self.guards.phase = "timing"
-        with self.torch.no_grad():
+        with self.torch.no_grad(), self._timed():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
                                self._window(cmd), keep)
         self.guards.phase = "harness"
@@ -564,7 +564,7 @@ class Child:
         window = self._window(cmd)
         fresh = cmd.get("fresh") or [None] * len(cmd["sets"])
         self.guards.phase = "timing"
-        with self.torch.no_grad():
+        with self.torch.no_grad(), self._timed():
             for inputs, other in zip(cmd["sets"], fresh):
                 args = self._own_args(inputs)
                 after = self._own_args(other) if other is not None else None
@@ -619,6 +619,15 @@ class Child:
         self._profiler_warm.start()
 
     # -- helpers ------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _timed(self) -> Any:
+        """A timed loop: the candidate's launches go uncounted (`Guards.timed`)."""
+        self.guards.timed = True
+        try:
+            yield
+        finally:
+            self.guards.timed = False
+
     def sync(self) -> None:
         self.clock.sync()
 

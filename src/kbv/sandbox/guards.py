@@ -152,6 +152,9 @@ class Guards:
         self.events: list[tuple[str, str]] = []  # (category value, evidence)
         self.phase = "startup"
         self.ghost = False  # ghost replay: the candidate's own launches are suppressed
+        # inside a timed loop the candidate's own launches are not counted: nothing reads the counts
+        # there, and the count's clock and lock would be timed as the candidate's (microseconds a call)
+        self.timed = False
         self.compiling = True  # until the first call returns: builds and JIT compilers spawn processes
         self.spawned_while_compiling: list[str] = []
         self.torch_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # torch's own (Provenance)
@@ -381,6 +384,8 @@ class Guards:
 
         @functools.wraps(original)
         def run(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            if guards.timed and not guards.ghost:  # first: nothing of the count's is timed
+                return original(kernel, *args, **kwargs)
             fn = getattr(kernel, "fn", None)
             name = f"triton:{getattr(fn, '__name__', None) or '?'}"
             if guards.ghost:
@@ -433,7 +438,9 @@ class GhostCall(Exception):
 
 
 class _CountingModule:
-    """A built extension whose functions count their calls (launches of the candidate's own code)."""
+    """A built extension whose functions count their calls (launches of the candidate's own code).
+    A function's counting wrapper is made on its first access and kept on this object (later
+    accesses find it without `__getattr__`); rebinding the name drops it."""
 
     def __init__(self, module: Any, guards: Guards) -> None:
         object.__setattr__(self, "_module", module)
@@ -450,16 +457,26 @@ class _CountingModule:
         def counted(*args: Any, **kwargs: Any) -> Any:
             if guards.ghost:
                 raise GhostCall(label)
+            if guards.timed:
+                return attr(*args, **kwargs)
             t0 = time.perf_counter()
             result = attr(*args, **kwargs)  # a call that raises is not a launch
             guards.count(label)
             guards.add_time(label, time.perf_counter() - t0)
             return result
 
+        object.__setattr__(self, name, counted)
         return counted
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name not in ("_module", "_guards"):
+            self.__dict__.pop(name, None)
         setattr(self._module, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name not in ("_module", "_guards"):
+            self.__dict__.pop(name, None)
+        delattr(self._module, name)
 
     def __dir__(self) -> list[str]:
         return dir(self._module)
