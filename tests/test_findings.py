@@ -89,6 +89,14 @@ def test_a_problem_no_distribution_applies_to_is_unsound_again_without_a_child(t
     monkeypatch.setattr(runner, "spawn_baselines", no_child)
     again = _run(tmp_path, problems, cands, "run-2", seed=7)["zeros"]
     assert again.status is Status.UNSOUND_PROBLEM and again.message == first.message
+    # the same problem elsewhere: its message names where it is now
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    problems.rename(moved / "problems")
+    elsewhere = _run(tmp_path, moved / "problems", cands, "run-3", seed=7)["zeros"]
+    assert elsewhere.status is Status.UNSOUND_PROBLEM
+    assert elsewhere.message.startswith(str(moved / "problems" / "level2" / "97_AllZero.py") + ": no input")
+    assert elsewhere.message.split(": ", 1)[1][:120] == first.message.split(": ", 1)[1][:120]  # (both cut at 400)
 
 
 def test_a_record_holds_only_names_and_sentences_and_its_key_nothing_of_the_secret(tmp_path):

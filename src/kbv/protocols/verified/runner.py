@@ -118,15 +118,16 @@ class VerifiedRunner:
                            device_fingerprint(self.settings.provenance))
         known = self.findings.get(key)
         with stage("prepare"):
-            if known is not None and known.unsound is not None:
-                return UnsoundProblem(known.unsound, flags=(known.unsound,))
+            if known is not None and known.unsound is not None:  # kept without the path it was found at
+                reason = f"{pair.problem.origin}: {known.unsound}"
+                return UnsoundProblem(reason, flags=(reason,))
             stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
             try:
                 prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret,
                                           known.calibration() if known is not None else None)
             except UnsoundProblemError as exc:
                 stack.close()
-                self.findings.put(key, Findings({}, {}, unsound=str(exc)))
+                self.findings.put(key, Findings({}, {}, unsound=str(exc).removeprefix(f"{pair.problem.origin}: ")))
                 return UnsoundProblem(str(exc), flags=(str(exc),))
             except BaseException:
                 stack.close()
