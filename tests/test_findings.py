@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sources import write_tree
 
 import kbv.protocols.verified.prepare as prepare
 import kbv.protocols.verified.runner as runner
@@ -30,13 +31,8 @@ ZERO_OWN = HEADER + "class ModelNew(nn.Module):\n    def forward(self, x):\n    
 
 
 def _tree(tmp_path: Path, problem: str, name: str, candidates: dict[str, str]) -> tuple[Path, Path]:
-    (tmp_path / "problems" / "level2").mkdir(parents=True)
-    (tmp_path / "problems" / "level2" / f"{name}.py").write_text(problem)
-    cands = tmp_path / "cands"
-    cands.mkdir()
-    for label, code in candidates.items():
-        (cands / f"{name}__{label}.py").write_text(code)
-    return tmp_path / "problems", cands
+    return (write_tree(tmp_path / "problems", {f"level2/{name}.py": problem}),
+            write_tree(tmp_path / "cands", {f"{name}__{label}.py": code for label, code in candidates.items()}))
 
 
 def _run(tmp_path: Path, problems: Path, cands: Path, run: str, seed: int) -> dict[str, object]:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from kbv.api import EvalConfig, check_problems, evaluate, load_report
 from kbv.cli import app
 from kbv.verdict import Category, Status
+from sources import write_tree
 
 HEADER = "import torch\nimport torch.nn as nn\n"
 INPUTS = """
@@ -230,12 +231,8 @@ class ModelNew(nn.Module):
 
 
 def _evaluate_one(tmp_path, problem: str, name: str, candidates: dict[str, str], device: str = "cpu", **config):
-    (tmp_path / "problems" / "level2").mkdir(parents=True)
-    (tmp_path / "problems" / "level2" / f"{name}.py").write_text(problem)
-    cands = tmp_path / "cands"
-    cands.mkdir()
-    for label, code in candidates.items():
-        (cands / f"{name}__{label}.py").write_text(code)
+    write_tree(tmp_path / "problems", {f"level2/{name}.py": problem})
+    cands = write_tree(tmp_path / "cands", {f"{name}__{label}.py": code for label, code in candidates.items()})
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(tmp_path / "problems"), protocol="verified",
                                  device=device, run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"),
                                  seed=5, timer_budget_s=1.0, ci_target=0.1, **config))
