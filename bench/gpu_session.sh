@@ -32,7 +32,8 @@
 # runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
 # `repeat` runs the same pairs REPEAT_RUNS times, each run its own process, per REPEAT_VARIANTS (bench/repeat.py: launch-bound
 # and large problems, identity candidates, both protocols; REPEAT_OPTS e.g. `--standard-timing do_bench`);
-# it resumes from /tmp/kbv-repeat, so a later call in the same session runs only what is left.
+# it resumes from /tmp/kbv-repeat, so a later call in the same session runs only what is left, and a fresh box
+# from REPEAT_RESUME (default docs/repeat.json: commit $OUT/repeat.json there between sessions).
 set -u
 OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
@@ -43,6 +44,8 @@ KBV="python3 -m kbv"
 [ -x /tmp/bwrap-site/usr/bin/bwrap ] && export PATH=/tmp/bwrap-site/usr/bin:$PATH
 # the KernelBench screen continues from the published one (docs/kernelbench_soundness.jsonl)
 KB_RESUME=${KB_RESUME-docs/kernelbench_soundness.jsonl}
+# the repeat bench continues from its published JSON, where a session committed one
+REPEAT_RESUME=${REPEAT_RESUME-docs/repeat.json}
 
 step() {  # step NAME SECONDS COMMAND... (never past $DEADLINE, epoch seconds, less $RESERVE, when set)
   local name=$1 limit=$2; shift 2
@@ -164,7 +167,9 @@ for s in "$@"; do
       tests/serve tests/test_client.py tests/test_reward.py ;;
     serve) step serve "${SERVE_LIMIT:-540}" python3 bench/serve.py --device cuda --problems full --timer-budget 4 \
       --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
-    repeat) mkdir -p /tmp/kbv-repeat
+    repeat) mkdir -p /tmp/kbv-repeat  # a fresh box resumes the published results (REPEAT_RESUME, carried in the tree)
+      [ -n "$REPEAT_RESUME" ] && [ -f "$REPEAT_RESUME" ] && [ ! -f /tmp/kbv-repeat/repeat.json ] \
+        && cp "$REPEAT_RESUME" /tmp/kbv-repeat/repeat.json
       step repeat "${REPEAT_LIMIT:-580}" python3 bench/repeat.py --device cuda --runs "${REPEAT_RUNS:-4}" \
         --cases "${REPEAT_CASES:-launch,large}" --variants "${REPEAT_VARIANTS:-default}" \
         --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
