@@ -378,7 +378,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
     lanes = [LocalExecutor(first, runners, builds, quiet(settings.device, 0), lane=0, held=held)]
     for i, device in enumerate(devices[1:], start=1):
         lane = _lane_settings(replace(settings, device=device,
-                                      provenance={**collect_provenance(device), **_sandbox_record(settings)}), plan, i)
+                                      provenance={**collect_provenance(device), **_run_record(settings)}), plan, i)
         if device_fingerprint(lane.provenance) != device_fingerprint(settings.provenance):
             builds.shutdown(wait=False)
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
@@ -439,7 +439,9 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
                     pch=config.pch, build_isolation=config.build_isolation, warm_clocks=config.warm_clocks)
 
 
-def _sandbox_record(settings: Settings) -> dict[str, Any]:
+def _run_record(settings: Settings) -> dict[str, Any]:
+    """What every lane's provenance shares with the first lane's beyond its own device: the sandbox
+    and whether clocks are warmed."""
     return {k: settings.provenance[k] for k in ("sandbox", "sandbox_level", "warm_clocks") if k in settings.provenance}
 
 
