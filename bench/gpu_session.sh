@@ -29,7 +29,9 @@
 # earlier revision, e.g. `git archive bc9b6f1 | tar -x -C .dev/before`, carried in .dev).
 # `serve-site`
 # installs FastAPI, uvicorn and httpx from .dev/wheels (carry .dev; the box has no index), `serve-tests`
-# runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval).
+# runs the service's tests there, and `serve` runs bench/serve.py (a warm kbv serve against kbv eval, a
+# GRPO step of 8 problems x 16 samples, SERVE_PAIRS pairs per device); its kbv eval arm stops at
+# SERVE_EVAL_BUDGET and the next call continues it (the box must still be warm: its runs are in /tmp).
 # `repeat` runs the same pairs REPEAT_RUNS times, each run its own process, per REPEAT_VARIANTS (bench/repeat.py: launch-bound
 # and large problems, identity candidates, both protocols; REPEAT_OPTS e.g. `--standard-timing do_bench`);
 # it resumes from /tmp/kbv-repeat, so a later call in the same session runs only what is left, and a fresh box
@@ -165,8 +167,11 @@ for s in "$@"; do
       tests/test_escape.py tests/test_isolation.py ;;
     serve-tests) step serve-tests "${SERVE_TESTS_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider --durations=10 \
       tests/serve tests/test_client.py tests/test_reward.py ;;
-    serve) step serve "${SERVE_LIMIT:-540}" python3 bench/serve.py --device cuda --problems full --timer-budget 4 \
-      --cache-dir "$KBV_CACHE_DIR" --out "$OUT/serve.json" ;;
+    serve) mkdir -p /tmp/kbv-serve  # resumes on a warm box: the eval arm continues past SERVE_EVAL_BUDGET
+      step serve "${SERVE_LIMIT:-580}" python3 bench/serve.py --device cuda --problems full --load "${SERVE_LOAD:-grpo}" \
+        --pairs-per-device "${SERVE_PAIRS:-2}" --timer-budget "${SERVE_BUDGET:-2}" --eval-budget "${SERVE_EVAL_BUDGET:-500}" \
+        --cache-dir "$KBV_CACHE_DIR" --workdir /tmp/kbv-serve --out /tmp/kbv-serve/serve.json ${SERVE_OPTS:-}
+      cp /tmp/kbv-serve/serve.json "$OUT/serve.json" 2>/dev/null ;;
     repeat) mkdir -p /tmp/kbv-repeat  # a fresh box resumes the published results (REPEAT_RESUME, carried in the tree)
       [ -n "$REPEAT_RESUME" ] && [ -f "$REPEAT_RESUME" ] && [ ! -f /tmp/kbv-repeat/repeat.json ] \
         && cp "$REPEAT_RESUME" /tmp/kbv-repeat/repeat.json

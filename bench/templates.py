@@ -442,3 +442,30 @@ def generate(n: int, mix: dict[str, int], seed: int = 0, salt_base: int | None =
         code = variant.template.substitute(kind=kind, salt=salt, **variant.fields)
         out.append(Generated(f"{variant.problem}__cold_{kind}_{i:03d}.py", code, variant, salt))
     return out
+
+
+# The problems in the order a GRPO-shaped load takes them (`grpo`): every problem the templates solve.
+GRPO_PROBLEMS = ("2_ReLU", "3_LeakyReLU", "5_Sigmoid", "4_GELU", "7_SumReduction", "12_MaxReduction", "6_Softmax",
+                 "1_Matmul")
+
+
+def grpo(groups: int, samples: int, device_type: str, salt_base: int = 7_000_000) -> list[Generated]:
+    """A GRPO step's rollouts: `groups` problems x `samples` candidates each, every candidate its own
+    (its source differs: a sample line), the kinds that run on `device_type` taken in turn within a
+    group. A group's samples of one kind share that kind's kernels (one salt per group and kind), so
+    that warming the builds costs a build per kind, not per sample: the bench measures evaluation, not
+    compilers. The salts are fixed (`salt_base`), so a rerun makes the same candidates, and its build
+    cache hits."""
+    runs = (lambda v: v.kind != "cpp") if device_type == "cuda" else (lambda v: not v.needs_gpu)
+    out = []
+    for g, problem in enumerate(p for p in GRPO_PROBLEMS if any(v.problem == p and runs(v) for v in VARIANTS)):
+        if g == groups:
+            break
+        options = [v for v in VARIANTS if v.problem == problem and runs(v)]
+        for s in range(samples):
+            variant = options[s % len(options)]
+            salt = salt_base + 100 * g + options.index(variant)
+            code = (f"# grpo: group {g} sample {s}\n"
+                    + variant.template.substitute(kind=variant.kind, salt=salt, **variant.fields))
+            out.append(Generated(f"{problem}__grpo_{g}_{s:02d}_{variant.kind}.py", code, variant, salt))
+    return out
