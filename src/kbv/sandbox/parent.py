@@ -29,6 +29,7 @@ from kbv.errors import SandboxError
 from kbv.gate import checkpoint
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
 from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve, toolchain_paths
+from kbv.sandbox.oom import kill_count
 from kbv.sandbox.wire import (
     SharedArena,
     WireClosed,
@@ -183,6 +184,7 @@ class Sandbox:
         self._fds: socket.socket | None = None  # descriptors of device exports come through here
         self.isolation = spec.isolation or resolve(SandboxMode.AUTO)
         self.arena: SharedArena | None = None  # host tensors for this child (the CPU channel)
+        self.oom_kills: int | None = None  # the host's out-of-memory kills when it started (`kbv.sandbox.oom`)
 
     def start(self) -> None:
         """Spawn the child (it imports torch and waits); `ready` brings up its device."""
@@ -218,6 +220,7 @@ class Sandbox:
         self.stdout = _Tail(self.proc.stdout)
         self.stderr = _Tail(self.proc.stderr)
         self.started_at = time.monotonic()
+        self.oom_kills = kill_count()  # the host's out-of-memory kills before this child could cause one
 
     def _child_argv(self, cmd_r: int, res_w: int, sock: int) -> list[str]:
         argv = [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(sock)]
@@ -367,12 +370,18 @@ class Sandbox:
             return ChildFailure(Status.CRASHED, f"the child broke the protocol during {op}: {exc}", self.evidence())
         if self.isolation.full and code > 128 and code - 128 in signal.Signals._value2member_map_:
             code = 128 - code  # bwrap exits 128 + N for a child killed by signal N
+        evidence = self.evidence(returncode=code)
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             msg = f"killed by {name} during {op}"
+            now, before = kill_count(), self.oom_kills
+            if code == -signal.SIGKILL and now is not None and before is not None and now > before:
+                msg = (f"killed by the kernel's out-of-memory killer during {op}: the host ran out of memory, "
+                       "and kbv makes its children the killer's first choice")
+                evidence["host_oom_kills"] = now - before
         else:
             msg = f"exited with code {code} during {op}, before answering"
-        return ChildFailure(Status.CRASHED, msg, self.evidence(returncode=code))
+        return ChildFailure(Status.CRASHED, msg, evidence)
 
     def _candidate_error(self, err: dict[str, Any], op: str) -> ChildFailure:
         kind = err.get("kind")
