@@ -8,6 +8,7 @@ import contextlib
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from kbv.sandbox import ChildFailure, ChildSpec, Sandbox
-from kbv.sandbox.oom import FIRST_CHOICE, kill_count
+from kbv.sandbox.oom import FIRST_CHOICE, can_set_floor, kill_count
 from kbv.verdict import Status
 from sources import HONEST_RELU, children_under
 
@@ -66,18 +67,38 @@ def test_every_child_is_the_out_of_memory_killers_first_choice_and_kbv_is_not(sp
     assert int(Path("/proc/self/oom_score_adj").read_text()) < FIRST_CHOICE  # kbv itself stays as it was
 
 
+LOWERS_ITS_SCORE = """
+try:
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("0")
+except OSError:
+    pass
+""" + HONEST_RELU
+
+
+def test_where_kbv_may_set_the_floor_a_candidate_cannot_lower_its_score_again(tmp_path: Path, spec: ChildSpec) -> None:
+    if not can_set_floor():
+        pytest.skip("the floor is set only with CAP_SYS_RESOURCE, which this process lacks")
+    with Sandbox(spec) as sb:
+        sb.started(CALL_TIMEOUT_S)
+        _load(sb, tmp_path, LOWERS_ITS_SCORE)
+        for pid in _child_pids(spec):
+            assert int(Path(f"/proc/{pid}/oom_score_adj").read_text()) == FIRST_CHOICE
+
+
 @contextlib.contextmanager
 def _memory_cgroup(limit: int) -> Iterator[Path]:
-    """A memory cgroup of `limit` bytes, its `cgroup.procs` to write pids into; skips where none can be made."""
+    """A memory cgroup of `limit` bytes, its `cgroup.procs` to write pids into; skips where none can be
+    made, or where the host could swap instead of killing (swap it cannot limit)."""
     if os.geteuid() != 0:
         pytest.skip("making a memory cgroup needs root")
     name = f"kbv-test-{uuid.uuid4().hex[:8]}"
     v1 = Path("/sys/fs/cgroup/memory")
+    v2 = Path("/sys/fs/cgroup/cgroup.subtree_control")
     if (v1 / "memory.limit_in_bytes").exists():
-        group, limits = v1 / name, ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
-    elif "memory" in (Path("/sys/fs/cgroup/cgroup.subtree_control").read_text()
-                      if Path("/sys/fs/cgroup/cgroup.subtree_control").exists() else ""):
-        group, limits = Path("/sys/fs/cgroup") / name, ("memory.max", "memory.swap.max")
+        group, limits = v1 / name, {"memory.limit_in_bytes": str(limit), "memory.memsw.limit_in_bytes": str(limit)}
+    elif v2.exists() and "memory" in v2.read_text().split():
+        group, limits = Path("/sys/fs/cgroup") / name, {"memory.max": str(limit), "memory.swap.max": "0"}
     else:
         pytest.skip("no memory cgroup controller this test may use")
     try:
@@ -85,17 +106,36 @@ def _memory_cgroup(limit: int) -> Iterator[Path]:
     except OSError as exc:
         pytest.skip(f"cannot make a memory cgroup here: {exc}")
     try:
-        for f in limits:
+        written = set()
+        for f, value in limits.items():
             with contextlib.suppress(OSError):  # no swap accounting: the memory limit alone
-                (group / f).write_text("0" if f == "memory.swap.max" else str(limit))
+                (group / f).write_text(value)
+                written.add(f)
+        if not written:
+            pytest.skip("the memory cgroup takes no limit")
+        swap = len(Path("/proc/swaps").read_text().splitlines()) > 1
+        if swap and not written & {"memory.memsw.limit_in_bytes", "memory.swap.max"}:
+            pytest.skip("this host swaps, and the cgroup cannot limit its swap: it would swap, not kill")
         yield group / "cgroup.procs"
     finally:
-        for _ in range(50):
+        for _ in range(100):
             try:
                 group.rmdir()
                 break
             except OSError:  # its processes are still exiting
                 time.sleep(0.1)
+        else:
+            warnings.warn(f"the test's memory cgroup {group} could not be removed", stacklevel=1)
+
+
+def _contain(procs: Path, pids: list[int]) -> None:
+    """Move `pids` into the cgroup; skip unless the child's process is in it (else it would eat the host)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            procs.write_text(str(pid))
+    inside = {int(p) for p in procs.read_text().split()}
+    if not pids or not set(pids) <= inside:
+        pytest.skip("the child could not be put in the test's memory cgroup")
 
 
 @pytest.mark.slow
@@ -105,11 +145,28 @@ def test_a_candidate_that_eats_host_memory_is_killed_for_it_and_named(tmp_path: 
     with _memory_cgroup(768 << 20) as procs, Sandbox(spec) as sb:
         sb.started(CALL_TIMEOUT_S)
         _load(sb, tmp_path, EATS_HOST_MEMORY)
-        for pid in children_under(spec.work_dir):  # bubblewrap's too: what the child starts goes in with it
-            with contextlib.suppress(OSError):
-                procs.write_text(str(pid))
+        _contain(procs, children_under(spec.work_dir))  # bubblewrap's too: what the child starts goes in with it
         with pytest.raises(ChildFailure) as info:
             _forward(sb, torch.randn(4, 4))
     assert info.value.status is Status.CRASHED
     assert info.value.message.startswith("killed by the kernel's out-of-memory killer during forward")
     assert info.value.evidence["host_oom_kills"] >= 1
+
+
+def test_a_child_kbv_killed_itself_is_never_blamed_on_host_memory(tmp_path: Path, spec: ChildSpec,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted run kills its children; an out-of-memory kill elsewhere on the host meanwhile
+    does not make theirs one."""
+    import kbv.sandbox.parent as parent
+
+    counts = iter(range(100, 10_000))
+    monkeypatch.setattr(parent, "kill_count", lambda: next(counts))  # the host's count rises at every read
+    with Sandbox(spec) as sb:
+        sb.started(CALL_TIMEOUT_S)
+        _load(sb, tmp_path, HONEST_RELU.replace("return torch.relu(x)", "import time\n        time.sleep(30)"))
+        import threading
+
+        threading.Timer(2.0, parent.kill_all_children).start()
+        with pytest.raises(ChildFailure) as info:
+            _forward(sb, torch.randn(4, 4))
+    assert "out-of-memory" not in info.value.message and "SIGKILL" in info.value.message

@@ -3,12 +3,17 @@ kill. A candidate that eats the host's memory must be the one it picks, never kb
 (the run, its store, every verdict still to come) nor anything else on the machine.
 
 - `volunteer`: every child (a candidate's, a build's, a reference's) makes itself the killer's first
-  choice (`oom_score_adj` 1000), before it runs anything a candidate wrote. Raising one's own score
-  needs no privilege; lowering it again does, which a child has not (it has dropped them, or runs
-  as the user who started kbv, whose processes cannot lower it either without CAP_SYS_RESOURCE).
+  choice (`oom_score_adj` 1000) as it starts, before it runs anything a candidate wrote. A process
+  may raise its own score, and lower it again down to its floor (`oom_score_adj_min`, 0 unless set).
+- `make_first_choice`: the parent writes the same score into every process of the child once it has
+  answered its first command (still before any candidate code). Where kbv has CAP_SYS_RESOURCE
+  (`can_set_floor`: root, unless a container took that capability away) that write also sets the
+  floor to 1000, for those processes and all they start, so a candidate cannot lower its score
+  again. Without that capability the floor stays 0: a candidate could lower its own score back.
 - `kill_count`: the kernel's count of such kills (`oom_kill` of /proc/vmstat: every one on this
-  host, a memory cgroup's included). A child that dies of a SIGKILL kbv did not send, while the count
-  went up, is named as killed for host memory (`kbv.sandbox.parent`), not as a mystery crash.
+  host, a memory cgroup's included). A child that dies of a SIGKILL kbv did not send during a command
+  in which the count went up is named as killed for host memory (`kbv.sandbox.parent`), not as a
+  mystery crash.
 """
 
 from __future__ import annotations
@@ -23,6 +28,26 @@ def volunteer() -> None:
     with contextlib.suppress(OSError):
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write(str(FIRST_CHOICE))
+
+
+def make_first_choice(pids: list[int]) -> None:
+    """Write the first-choice score into each of `pids` (their floor too, where this process may)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                f.write(str(FIRST_CHOICE))
+
+
+def can_set_floor() -> bool:
+    """Whether this process has CAP_SYS_RESOURCE, with which its writes of a score set the floor too."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 24 & 1)  # CAP_SYS_RESOURCE is capability 24
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def kill_count() -> int | None:

@@ -29,7 +29,7 @@ from kbv.errors import SandboxError
 from kbv.gate import checkpoint
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
 from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve, toolchain_paths
-from kbv.sandbox.oom import kill_count
+from kbv.sandbox.oom import kill_count, make_first_choice
 from kbv.sandbox.wire import (
     SharedArena,
     WireClosed,
@@ -129,6 +129,7 @@ def kill_all_children() -> int:
     killed = 0
     for sb in list(_LIVE):
         if sb.proc is not None and sb.proc.poll() is None:
+            sb.killed = True
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(sb.proc.pid, signal.SIGKILL)
                 killed += 1
@@ -184,7 +185,9 @@ class Sandbox:
         self._fds: socket.socket | None = None  # descriptors of device exports come through here
         self.isolation = spec.isolation or resolve(SandboxMode.AUTO)
         self.arena: SharedArena | None = None  # host tensors for this child (the CPU channel)
-        self.oom_kills: int | None = None  # the host's out-of-memory kills when it started (`kbv.sandbox.oom`)
+        self.oom_kills: int | None = None  # the host's out-of-memory kills as the last command began (`kbv.sandbox.oom`)
+        self.first_choice = False  # the parent has made every process of it the out-of-memory killer's first choice
+        self.killed = False  # kbv killed it (a timeout, an interrupted run): no death of its own to explain
 
     def start(self) -> None:
         """Spawn the child (it imports torch and waits); `ready` brings up its device."""
@@ -220,7 +223,6 @@ class Sandbox:
         self.stdout = _Tail(self.proc.stdout)
         self.stderr = _Tail(self.proc.stderr)
         self.started_at = time.monotonic()
-        self.oom_kills = kill_count()  # the host's out-of-memory kills before this child could cause one
 
     def _child_argv(self, cmd_r: int, res_w: int, sock: int) -> list[str]:
         argv = [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(sock)]
@@ -304,6 +306,7 @@ class Sandbox:
             raise SandboxError("sandbox not started")
         checkpoint()  # between two commands: a timed window of another pair on the device goes first
         deadline = time.monotonic() + timeout_s
+        self.oom_kills = kill_count()
         try:
             send_command(self._cmd_w, command)
             if paused is not None:
@@ -322,6 +325,9 @@ class Sandbox:
             self.kill()
             raise ChildFailure(Status.CRASHED, f"malformed reply to {command['op']} (missing {', '.join(missing) or 'ok'}): "
                                "the result channel was written by something other than the harness", self.evidence())
+        if not self.first_choice:  # its first command (ping, hello): no candidate code has run in it yet
+            make_first_choice(self._group())
+            self.first_choice = True
         return reply
 
     def _await_reply(self, deadline: float, paused: Callable[[], float]) -> float:
@@ -347,19 +353,29 @@ class Sandbox:
         around it in a sandbox) and by the processes they have waited for (a build's ninja and
         compilers), from /proc; None where unknown. Each member counts its own time and its reaped
         children's, so nothing counts twice."""
-        if self.proc is None:
+        stats = self._group_stats()
+        if not stats:
             return None
-        ticks, found = 0, False
+        ticks = sum(sum(int(fields[i]) for i in (11, 12, 13, 14)) for fields in stats.values())  # utime stime cutime cstime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def _group(self) -> list[int]:
+        """The processes of the child's process group (the child, and bwrap and its init around it)."""
+        return list(self._group_stats())
+
+    def _group_stats(self) -> dict[int, list[str]]:
+        """/proc/PID/stat's fields after the command name, for each process of the child's group."""
+        if self.proc is None:
+            return {}
+        found = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
                 fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) != self.proc.pid:  # its process group (the child's session leader)
-                    continue
-                ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
-                found = True
+                if int(fields[2]) == self.proc.pid:  # its process group (the child's session leader)
+                    found[int(stat.parent.name)] = fields
             except (OSError, IndexError, ValueError):  # gone meanwhile
                 continue
-        return ticks / os.sysconf("SC_CLK_TCK") if found else None
+        return found
 
     def _death(self, op: str, exc: BaseException) -> ChildFailure:
         assert self.proc is not None
@@ -375,7 +391,7 @@ class Sandbox:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             msg = f"killed by {name} during {op}"
             now, before = kill_count(), self.oom_kills
-            if code == -signal.SIGKILL and now is not None and before is not None and now > before:
+            if code == -signal.SIGKILL and not self.killed and now is not None and before is not None and now > before:
                 msg = (f"killed by the kernel's out-of-memory killer during {op}: the host ran out of memory, "
                        "and kbv makes its children the killer's first choice")
                 evidence["host_oom_kills"] = now - before
@@ -419,6 +435,7 @@ class Sandbox:
     def kill(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
+        self.killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
