@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,15 +67,15 @@ def main() -> int:
     pairs = _pairs(args)
     if not pairs:
         raise SystemExit(f"serve bench: no candidate pairs with a problem of {args.problems!r}")
-    key = _signature(args, pairs)
-    result = _resumed(args.out, key)
+    keys = _signatures(args, pairs)
+    result = _resumed(args.out, keys)
     kept = [k if k != "eval" or result[k].get("complete") else "part of eval" for k in PARTS if k in result]
     print(f"{len(pairs)} candidates on {len({p for p, _ in pairs})} problems ({args.load} load), protocol "
           f"{args.protocol}, device {args.device}, {args.pairs_per_device} pair(s) per device; work in {root}"
           + (f"; kept from {args.out}: {', '.join(kept)}" if kept else ""), flush=True)
-    result.update({"signature": key, "device": args.device, "protocol": args.protocol, "load": args.load,
-                   "candidates": len(pairs), "pairs_per_device": args.pairs_per_device, "batch": args.batch,
-                   "clients": args.clients})
+    result.update({"signature": keys["all"], "eval_signature": keys["eval"], "device": args.device,
+                   "protocol": args.protocol, "load": args.load, "candidates": len(pairs),
+                   "pairs_per_device": args.pairs_per_device, "batch": args.batch, "clients": args.clients})
     if len(kept) < len(PARTS):
         _warm_builds(args, root, cache)
     if not result.get("eval", {}).get("complete"):
@@ -85,7 +86,9 @@ def main() -> int:
             result["eval"] = partial
             _save(args.out, result)
 
-        result["eval"] = _eval(args, run, cache, result.get("eval"), keep)
+        before = result.get("eval")
+        keep({**(before or {"segments": []}), "running": time.time(), "complete": False})  # cut off: no figures
+        result["eval"] = _eval(args, run, cache, before, keep)
         _save(args.out, result)
         if not result["eval"]["complete"]:
             print(f"kbv eval: stopped at its budget ({args.eval_budget:.0f} s) after {result['eval']['pairs']} of "
@@ -112,13 +115,22 @@ def main() -> int:
                         result[name] = _cached(http, pairs, args, clients=clients)
                         _save(args.out, result)
         finally:
-            server["proc"].send_signal(signal.SIGTERM)
-            server["proc"].wait(120)
+            _end(server["proc"])
     _print(result)
     return 0
 
 
 CHILDREN: list[subprocess.Popen[str]] = []  # kbv eval and kbv serve while they run
+
+
+def _end(proc: subprocess.Popen[str]) -> None:
+    """Stop kbv serve: SIGTERM, its drain, then a kill (never a server left running)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _stop(*_: object) -> None:
@@ -183,44 +195,62 @@ def _candidate_set(args: argparse.Namespace, root: Path) -> str:
 
     device_type = "cuda" if resolve_device(args.device).startswith("cuda") else "cpu"
     made = grpo(args.groups, args.samples, device_type)
-    folder = root / "grpo"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = root / f"grpo-{args.groups}x{args.samples}-{device_type}"
+    if folder.exists():  # only this step's candidates, never an earlier one's left beside them
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
     for g in made:
         (folder / g.file_name).write_text(g.code)
     return str(folder)
 
 
-def _signature(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> str:
-    """What a kept result was measured on: the pairs and every setting that moves the figures."""
-    setting = [args.load, args.protocol, args.device, args.pairs_per_device, args.batch, args.clients,
-               args.timer_budget, args.seed, args.problems, args.cached]
-    text = json.dumps([sorted((p, hashlib.sha256(c.encode()).hexdigest()) for p, c in pairs), setting])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _signatures(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """What kept parts were measured on: `eval`, the kbv eval arm's (the pairs, the settings that move
+    its figures, kbv's own source); `all`, every part's (the served side's settings too)."""
+    def digest(*what: Any) -> str:
+        return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
+
+    code = hashlib.sha256()
+    for f in sorted((ROOT / "src" / "kbv").rglob("*.py")):
+        code.update(f.read_bytes())
+    arm = digest(sorted((p, hashlib.sha256(c.encode()).hexdigest()) for p, c in pairs), args.protocol, args.device,
+                 args.pairs_per_device, args.timer_budget, args.seed, args.problems, args.timeout, code.hexdigest())
+    return {"eval": arm, "all": digest(arm, args.load, args.batch, args.clients, args.cached)}
 
 
-def _resumed(out: str | None, key: str) -> dict[str, Any]:
-    """The parts an earlier run with the same signature left in `out` whose run directories are still
-    there (the served arm's cached answers need its run; the verdicts' comparison needs both)."""
+def _resumed(out: str | None, keys: dict[str, str]) -> dict[str, Any]:
+    """The parts an earlier run left in `out` that were measured as this one would measure them, and
+    whose run directories are still there (the served arm's cached answers need its run; the
+    verdicts' comparison needs both). An eval segment still marked running was cut off before it
+    could say how long it ran: its arm starts again."""
     if not out or not Path(out).is_file():
         return {}
     try:
         kept = json.loads(Path(out).read_text())
     except (OSError, ValueError):
         return {}
-    if not isinstance(kept, dict) or kept.get("signature") != key:
-        print(f"{out}: from other candidates or settings; measuring afresh", flush=True)
+    if not isinstance(kept, dict) or kept.get("eval_signature") != keys["eval"]:
+        print(f"{out}: from other candidates, settings or code; measuring afresh", flush=True)
         return {}
     result: dict[str, Any] = {}
-    if "eval" in kept and Path(kept.get("eval_run", "")).is_dir():
+    arm = kept.get("eval")
+    if isinstance(arm, dict) and "running" not in arm and Path(kept.get("eval_run", "")).is_dir():
         result.update({k: kept[k] for k in ("eval", "eval_run")})
-        if "serve" in kept and Path(kept.get("serve_run", "")).is_dir():
+        if (kept.get("signature") == keys["all"] and "serve" in kept and Path(kept.get("serve_run", "")).is_dir()
+                and arm.get("complete")):
             result.update({k: kept[k] for k in ("serve", "serve_run", "disagreements", *PARTS[2:]) if k in kept})
+    elif isinstance(arm, dict) and "running" in arm:
+        print(f"{out}: its kbv eval segment was cut off without its wall time; that arm starts again", flush=True)
     return result
 
 
 def _fresh(run: Path) -> Path:
     """`run`, or a new sibling where an earlier pass left one (its verdicts would be answered from store)."""
-    return run if not run.exists() else run.with_name(f"{run.name}-{int(time.time())}")
+    n = 1
+    fresh = run
+    while fresh.exists():
+        fresh, n = run.with_name(f"{run.name}-{n}"), n + 1
+    return fresh
 
 
 def _save(out: str | None, result: dict[str, Any]) -> None:
@@ -278,16 +308,16 @@ def _eval(args: argparse.Namespace, run: Path, cache: Path, kept: dict[str, Any]
     try:
         proc.wait(timeout=args.eval_budget)
         stopped = False
-    except subprocess.TimeoutExpired:  # the budget: kbv eval stores what it finished and stops
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    finally:  # this bench stopped too (SIGTERM): the segment is kept all the same
-        if proc.poll() is None:
+    except subprocess.TimeoutExpired:  # the budget: kbv eval stores what it finished and stops (within 3 s)
+        pass
+    finally:  # the budget, or this bench stopped too (SIGTERM): the segment is kept all the same
+        if proc.poll() is None:  # waits within `timeout --kill-after=10`, which would lose the segment
             proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(30)
+                proc.wait(6)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
         CHILDREN.remove(proc)
         partial = _segment(run, segments, time.monotonic() - t0, complete=False) if stopped else None
         if partial is not None:
@@ -354,9 +384,9 @@ def _warm_up(http: Any, pairs: list[tuple[str, str]], problems: str, protocol: s
 
 
 def _serve_pass(http: Any, pairs: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, Any]:
-    """The candidates through the service: requests of `--batch` items (a group's samples never split
-    across a request in the grpo load, which lists them group by group), sent by `--clients` clients;
-    every request's latency."""
+    """The candidates through the service: requests of `--batch` consecutive items (the grpo load lists
+    them group by group, so a batch of `--samples` is a group), sent by `--clients` clients; every
+    request's latency."""
     items = [{"problem": p, "code": c, "protocol": args.protocol} for p, c in pairs]
     per_item = 2 if args.protocol == "both" else 1
     if args.clients <= 0:
@@ -447,7 +477,9 @@ def _print(r: dict[str, Any]) -> None:
     for line in r["disagreements"]:
         print(f"  {line}")
     p99 = max(c1["p99_ms"], c16["p99_ms"])
-    targets = [f"serve >= 0.9x eval pairs/min: {'met' if ratio >= 0.9 else 'not met'} ({ratio:.2f}x)",
+    verdict = ("not judged: kbv eval ran in segments, each paying start-up and preparation again"
+               if segments > 1 else "met" if ratio >= 0.9 else "not met")
+    targets = [f"serve >= 0.9x eval pairs/min: {verdict} ({ratio:.2f}x)",
                f"cached p99 < 50 ms: {'met' if p99 < 50 else 'not met'} ({p99:.1f} ms)"]
     if r["load"] == "grpo" and r["protocol"] == "verified":
         rate = s["pairs_per_min"]
