@@ -8,7 +8,9 @@
 # `prebuild` fills it in parallel in the background (wait for it with `prebuild-wait`), `pack`
 # writes it to $OUT/builds.tgz, and `unpack` restores .dev/builds.tgz (carry .dev) in a later call.
 # `ray-site` unpacks .dev/raysite.tar.xz (ray and its missing dependencies, as a site directory)
-# onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background).
+# onto PYTHONPATH for the `scale` step. `gpumon` logs the device's memory in use every 2 s (background),
+# `hostmon` the host's available memory, its out-of-memory kills and /tmp's free space every 5 s;
+# `host-memory` runs the out-of-memory tests as root there (the floor only root's capability sets).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. AUDIT_FILES picks a slice of the
 # CUDA-L1 audit (LEVEL/FILE globs); `focus` runs the corpus pairs of FOCUS_FILES in a run of their own. `pairs` runs throughput's
@@ -131,6 +133,11 @@ for s in "$@"; do
       --breakdown --out "$OUT/builds.json" ;;
     gpumon) echo "=== gpumon (background): device memory every 2 s"
       nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 2 > "$OUT/gpumem.log" 2>&1 & ;;
+    hostmon) echo "=== hostmon (background): host memory and the kernel's out-of-memory kills every 5 s"
+      ( while true; do echo "$(date +%T) $(awk '/MemAvailable/ {printf "avail %d MiB", $2/1024}' /proc/meminfo)" \
+          "$(grep oom_kill /proc/vmstat) $(df -m /tmp | awk 'NR==2 {print "tmp free " $4 " MiB"}')"; sleep 5; done ) \
+        > "$OUT/hostmem.log" 2>&1 & ;;
+    host-memory) step host-memory 120 python3 -m pytest -v -p no:cacheprovider -rs tests/test_host_memory.py ;;
     shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
     warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
       for l in ${AUDIT_LEVELS:-level1 level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
