@@ -115,7 +115,7 @@ def main() -> int:
                         result[name] = _cached(http, pairs, args, clients=clients)
                         _save(args.out, result)
         finally:
-            _end(server["proc"])
+            _end(server["proc"], 30)
     _print(result)
     return 0
 
@@ -123,11 +123,11 @@ def main() -> int:
 CHILDREN: list[subprocess.Popen[str]] = []  # kbv eval and kbv serve while they run
 
 
-def _end(proc: subprocess.Popen[str]) -> None:
-    """Stop kbv serve: SIGTERM, its drain, then a kill (never a server left running)."""
+def _end(proc: subprocess.Popen[str], wait_s: float) -> None:
+    """Stop kbv eval or kbv serve: SIGTERM (it stores, or drains), `wait_s` for it, then a kill."""
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(30)
+        proc.wait(wait_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -312,12 +312,7 @@ def _eval(args: argparse.Namespace, run: Path, cache: Path, kept: dict[str, Any]
         pass
     finally:  # the budget, or this bench stopped too (SIGTERM): the segment is kept all the same
         if proc.poll() is None:  # waits within `timeout --kill-after=10`, which would lose the segment
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(6)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _end(proc, 6)
         CHILDREN.remove(proc)
         partial = _segment(run, segments, time.monotonic() - t0, complete=False) if stopped else None
         if partial is not None:
