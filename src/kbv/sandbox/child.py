@@ -821,9 +821,6 @@ def _options(args: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str]) -> int:
-    from kbv.sandbox.oom import volunteer
-
-    volunteer()  # host memory running out kills this child first, never kbv (while it may still raise it)
     opts = _options(argv[4:])
     if "drop" in opts:  # UID:GID[:G1,G2...]
         uid, gid, *rest = opts["drop"].split(":")

@@ -2,14 +2,14 @@
 kill. A candidate that eats the host's memory must be the one it picks, never kbv's own process
 (the run, its store, every verdict still to come) nor anything else on the machine.
 
-- `volunteer`: every child (a candidate's, a build's, a reference's) makes itself the killer's first
-  choice (`oom_score_adj` 1000) as it starts, before it runs anything a candidate wrote. A process
-  may raise its own score, and lower it again down to its floor (`oom_score_adj_min`, 0 unless set).
-- `make_first_choice`: the parent writes the same score into every process of the child once it has
-  answered its first command (still before any candidate code). Where kbv has CAP_SYS_RESOURCE
-  (`can_set_floor`: root, unless a container took that capability away) that write also sets the
-  floor to 1000, for those processes and all they start, so a candidate cannot lower its score
-  again. Without that capability the floor stays 0: a candidate could lower its own score back.
+- `make_first_choice`: the parent makes every process of each child (a candidate's, a build's, a
+  reference's) the killer's first choice (`oom_score_adj` 1000) once the child has answered its
+  first command, before it runs anything a candidate wrote; what those processes start inherits it.
+  A process may lower its own score down to its floor (`oom_score_adj_min`, 0 unless set). Where
+  kbv has CAP_SYS_RESOURCE (`can_set_floor`: root, unless a container took that capability away),
+  that write also sets the floor to 1000, for those processes and all they start, so a candidate
+  cannot lower its score again. Without that capability the floor stays 0: a candidate could lower
+  its own score back.
 - `kill_count`: the kernel's count of such kills (`oom_kill` of /proc/vmstat: every one on this
   host, a memory cgroup's included). A child that dies of a SIGKILL kbv did not send during a command
   in which the count went up is named as killed for host memory (`kbv.sandbox.parent`), not as a
@@ -21,13 +21,6 @@ from __future__ import annotations
 import contextlib
 
 FIRST_CHOICE = 1000  # the largest oom_score_adj: killed before any process at a lower one
-
-
-def volunteer() -> None:
-    """Make this process (and what it starts) the out-of-memory killer's first choice."""
-    with contextlib.suppress(OSError):
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write(str(FIRST_CHOICE))
 
 
 def make_first_choice(pids: list[int]) -> None:
