@@ -4,8 +4,9 @@ Accepted inputs:
 - one `.py` file (pairs with the single problem given, or by its name);
 - a directory of candidates named after their problems: `19_ReLU.py`, `19_ReLU__anything.py`,
   `19_ReLU/anything.py`, optionally under `levelN/` folders. KernelBench's own names hold `__`
-  (`55_conv_standard_2D__asymmetric_input__square_kernel`): a name pairs with the longest problem
-  name it begins with, up to a `__`;
+  (`55_conv_standard_2D__asymmetric_input__square_kernel`) and may end in `_`
+  (`12_Matmul_with_diagonal_matrices_`): a name pairs with the longest problem name it begins
+  with, followed by a `__` (so `12_Matmul_with_diagonal_matrices___triton` pairs);
 - a KernelBench run directory: `level_{L}_problem_{P}_sample_{S}_kernel.py`;
 - JSONL: one object a line with `problem` and `code`, optionally `model`, `sample`, `status`.
 
@@ -179,12 +180,14 @@ def _bare(ref: str) -> str:
 
 
 def _prefixes(ref: str) -> list[str]:
-    """`ref` and its shorter forms, longest first, cut at each `__` of its name: 'L2/55_a__b__c'
-    gives 'L2/55_a__b__c', 'L2/55_a__b', 'L2/55_a'. A label after the problem's name is separated
-    by `__`, and so are words inside KernelBench's own names: the longest that names a problem wins."""
+    """`ref` and its shorter forms, longest first: its name cut at every position where a `__`
+    starts. A label after the problem's name is separated by `__`, and so are words inside
+    KernelBench's own names, whose names may end in `_` too: '12_Matmul_x___triton' gives
+    '12_Matmul_x___triton', '12_Matmul_x_', '12_Matmul_x', and 'L2/55_a__b__c' gives 'L2/55_a__b__c',
+    'L2/55_a__b', 'L2/55_a'. The longest that names a problem wins (`_longest_matches`)."""
     head, sep, name = ref.rpartition("/")
-    parts = name.split("__")
-    return list(dict.fromkeys(head + sep + "__".join(parts[:n]) for n in range(len(parts), 0, -1)))
+    cuts = [i for i in range(len(name) - 2, 0, -1) if name.startswith("__", i)]
+    return [ref] + [head + sep + name[:i] for i in cuts]
 
 
 def _shortest(ref: str) -> str:

@@ -1,6 +1,7 @@
 """Problems: KernelBench-format modules (`Model`, `get_inputs`, `get_init_inputs`).
 
-Sources: one `.py` file, a directory tree in KernelBench's `level1/`..`level4/` layout, a Parquet
+Sources: one `.py` file, a directory of problems, KernelBench's repository or its problem folder
+(problems from its `level1/`..`level4/` folders only, see `_load_dir`), a Parquet
 file with KernelBench's Hugging Face columns (`code, level, name, problem_id`), or a bundled suite
 (`smoke`, `full`; see `kbv.suite`).
 
@@ -57,7 +58,8 @@ def content_hash(code: str) -> str:
 def load_problems(spec: str | Path) -> list[Problem]:
     """Problems from a suite name, a `.py` file, a directory tree or a `.parquet` file.
 
-    Raises UsageError for a path that does not exist, ProblemLoadError for a malformed problem.
+    Raises UsageError for a path that does not exist or a directory that holds no problem,
+    ProblemLoadError for a malformed problem (or two problems with one key).
     """
     from kbv import suite
 
@@ -138,13 +140,70 @@ def _level_of(dirname: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+LEVEL_SEARCH_DEPTH = 3  # KernelBench's repository holds its level folders at KernelBench/level1
+_NOT_SEARCHED = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env"})
+
+
 def _load_dir(root: Path) -> list[Problem]:
-    files = sorted(p for p in root.rglob("*.py") if not p.name.startswith(("_", ".")))
+    """A directory's problems. Where it holds level folders (`level1`, `level_2`, ... up to
+    LEVEL_SEARCH_DEPTH down: KernelBench's repository or its problem folder), problems come from
+    them alone, so the Python beside them (`src/`, `scripts/`) is never read as a problem; else
+    every `.py` file under it is one."""
+    levels = level_dirs(root)
+    files = _problem_files(levels or [root])
+    shown = ", ".join(str(d.relative_to(root)) for d in levels)
+    where = f"the level folders of '{root}' ({shown})" if levels else f"'{root}'"
     if not files:
-        raise UsageError(f"No problem files (*.py) under '{root}'.")
-    problems = [load_problem_file(p) for p in files]
+        raise UsageError(f"No problem files (*.py) under {where}.")
+    problems, errors = [], []
+    for path in files:
+        try:
+            problems.append(load_problem_file(path))
+        except ProblemLoadError as exc:
+            errors.append(exc)
+    if errors and not problems:  # nothing here is a problem: say so, and why the first file is not
+        count = f"{len(files)} .py file{'s' * (len(files) != 1)}"
+        raise UsageError(f"No KernelBench problem under {where} ({count}; {errors[0]})") from errors[0]
+    if errors:
+        raise errors[0]
     _check_unique(problems)
     return sorted(problems, key=_sort_key)
+
+
+def level_dirs(root: Path, depth: int = LEVEL_SEARCH_DEPTH) -> list[Path]:
+    """The level folders at most `depth` below `root` (not `root` itself), in path order; none is
+    searched inside, nor are hidden folders, `__pycache__` or virtual environments."""
+    found: list[Path] = []
+    frontier = [root]
+    for _ in range(depth):
+        below = [d for parent in frontier for d in _subdirs(parent)]
+        found += [d for d in below if _level_of(d.name) is not None]
+        frontier = [d for d in below if _level_of(d.name) is None]
+    return sorted(found)
+
+
+def _subdirs(parent: Path) -> list[Path]:
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:  # unreadable: nothing of it is searched
+        return []
+    return [d for d in entries if d.is_dir() and not _skipped_dir(d)]
+
+
+def _skipped_dir(path: Path) -> bool:
+    return path.name.startswith(".") or path.name in _NOT_SEARCHED or (path / "pyvenv.cfg").exists()
+
+
+def _problem_files(dirs: Sequence[Path]) -> list[Path]:
+    """The `.py` files under `dirs`, less private ones (`_x.py`) and those in hidden folders or
+    `__pycache__`."""
+    files = set()
+    for top in dirs:
+        for path in top.rglob("*.py"):
+            inside = path.relative_to(top).parts[:-1]
+            if not path.name.startswith(("_", ".")) and not any(p.startswith(".") or p == "__pycache__" for p in inside):
+                files.add(path)
+    return sorted(files)
 
 
 def _load_parquet(path: Path) -> list[Problem]:
