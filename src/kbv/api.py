@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import re
 import time
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from kbv.builds import Build
-from kbv.candidates import Candidate, Pair, Unpaired, load_candidates
+from kbv.candidates import Candidate, Pair, Pairing, Unpaired, load_candidates, unpaired_lines
 from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
@@ -159,27 +160,34 @@ class Report:
 ProgressFn = Callable[[int, int, "Verdict | ProblemFailure | None"], None]
 NoticeFn = Callable[[str, bool], None]  # (one line, whether it is a warning)
 WatchFn = Callable[[RunState, float], None]  # (what the run is doing, seconds since the last verdict)
+PairedFn = Callable[[Pairing], None]  # the candidates' pairing, before the run starts
 WATCH_EVERY_S = 1.0
 
 
 def evaluate(config: EvalConfig, progress: ProgressFn | None = None, executor: Executor | None = None,
-             watch: WatchFn | None = None, notice: NoticeFn | None = None) -> RunResult:
+             watch: WatchFn | None = None, notice: NoticeFn | None = None,
+             paired: PairedFn | None = None) -> RunResult:
     """Evaluate every (problem, candidate) pair, resuming from the run's store.
 
     `progress` is called for each stored verdict (and each pair whose problem failed); `watch`, every
     WATCH_EVERY_S while none lands, with what the run is doing; `notice` hears the isolation children
-    run under, once, before anything runs (a warning when it is not full). Raises UsageError /
+    run under, once, before anything runs (a warning when it is not full); `paired` hears the
+    pairing (its unpaired candidates with their reasons) before that. Where no candidate pairs,
+    raises UsageError with the first reasons. Raises UsageError /
     ProblemLoadError / CandidateSourceError for bad input, and SandboxUnavailable (a UsageError) under
     `sandbox="strict"` where full isolation cannot be had; a bad candidate is a verdict. A problem
     whose own code fails is reported in `problem_failures`; the run goes on.
     """
+    check_config(config)
     protocols = _protocols(config.protocol)
-    _validate(config)
     problems = load_problems(config.problems)
     pairing = load_candidates(config.candidates, problems)
     if not pairing.pairs:
-        reasons = "; ".join(f"{u.candidate.origin}: {u.reason}" for u in pairing.unpaired[:3])
-        raise UsageError(f"No candidate pairs with a problem of '{config.problems}'. {reasons}".strip())
+        reasons = "; ".join(line.removesuffix(".") for line in unpaired_lines(pairing.unpaired, 3))
+        raise UsageError(f"No candidate pairs with a problem of '{config.problems}' "
+                         f"({len(pairing.unpaired)} unpaired): {reasons}")
+    if paired is not None:
+        paired(pairing)
     with open_session(config, executor, notice) as session:
         jobs, resumed, keys = _jobs(pairing.pairs, protocols, session)
         try:
@@ -226,7 +234,7 @@ def open_session(config: EvalConfig, executor: Executor | None = None,
     holder aborts it first on an interrupt). `notice` hears the isolation its children get, before
     anything runs. The calling thread keeps off the lanes' CPUs while the session is open. Raises
     UsageError (SandboxUnavailable under --sandbox strict) and StoreError."""
-    _validate(config)
+    check_config(config)
     protocols = _protocols(config.protocol)
     local = executor is not None or config.executor == "local"
     devices = _devices(config) if local else ()  # under Ray, a worker says what its device is
@@ -257,6 +265,7 @@ def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = Non
     Raises UsageError and the loading errors."""
     from kbv.builds import BuildPool, needs_build
 
+    check_config(config)
     settings = _settings(config, _devices(config)[0])
     problems: dict[Candidate, Problem | None] = {}
     if candidates is None:
@@ -297,23 +306,60 @@ def _protocols(choice: str) -> tuple[str, ...]:
     return ("standard", "verified") if choice == "both" else (choice,)
 
 
-def _validate(config: EvalConfig) -> None:
-    if config.timeout_s <= 0 or config.build_timeout_s <= 0:
-        raise UsageError("--timeout and --build-timeout must be positive.")
-    if not 0 < config.tolerance < 1:
-        raise UsageError("--tolerance must be between 0 and 1 (KernelBench uses 1e-2 or 1e-4).")
+def check_config(config: EvalConfig) -> None:
+    """Every option of `config`, whatever the protocol, before anything prints or starts: a
+    UsageError in one line for the first that cannot be honoured. `evaluate`, `open_session` and
+    `kbv serve` call it first."""
+    _protocols(config.protocol)
+    _check_numbers(config)
     from kbv.protocols.standard import check_timing_method
 
     check_timing_method(config.standard_timing)
-    if config.jobs < 0:
-        raise UsageError("--jobs must be >= 0 (0 picks one per core).")
     parse_isolation(config.build_isolation)
-    if config.keep_problems < 0:
-        raise UsageError("--keep-problems must be >= 1 (a lane holds at least the problem it evaluates; 0: its default).")
+    SandboxMode.parse(config.sandbox)
+    _check_verified_choices(config)
+    _check_executor(config)
+
+
+def _check_numbers(config: EvalConfig) -> None:
+    """The numbers `kbv eval` and `kbv serve` take; NaN and infinity fail every rule."""
+    c = config
+    rules = (
+        (0 < c.timeout_s < math.inf, f"--timeout {c.timeout_s:g}: expected a positive number of seconds."),
+        (0 < c.build_timeout_s < math.inf,
+         f"--build-timeout {c.build_timeout_s:g}: expected a positive number of seconds."),
+        (c.jobs >= 0, f"--jobs {c.jobs}: expected 0 (one per CPU set apart for builds) or more."),
+        (c.keep_problems >= 0, f"--keep-problems {c.keep_problems}: expected 1 or more (a lane holds at least "
+                               "the problem it evaluates)."),
+        (1 <= c.pairs_per_device <= MAX_PAIRS_PER_DEVICE,
+         f"--pairs-per-device {c.pairs_per_device}: expected 1 to {MAX_PAIRS_PER_DEVICE}."),
+        (0 < c.tolerance < 1, f"--tolerance {c.tolerance:g}: expected a number between 0 and 1 "
+                              "(KernelBench uses 1e-2 or 1e-4)."),
+        (c.trials >= 1, f"--trials {c.trials}: expected 1 or more."),
+        (0 < c.ci_target < 1, f"--ci-target {c.ci_target:g}: expected a number between 0 and 1."),
+        (0 < c.timer_budget_s < math.inf,
+         f"--timer-budget {c.timer_budget_s:g}: expected a positive number of seconds."),
+        (0 <= c.min_custom_share <= 1, f"--min-custom-share {c.min_custom_share:g}: expected a share from 0 to 1."),
+        (c.seed is None or -(1 << 127) <= c.seed < 1 << 127, f"--seed {c.seed}: expected a 128-bit integer."),
+    )
+    for ok, message in rules:
+        if not ok:
+            raise UsageError(message)
+
+
+def _check_verified_choices(config: EvalConfig) -> None:
+    from kbv.protocols.verified.rules import BASELINES
+
+    if config.precision not in ("tf32", "fp32"):
+        raise UsageError(f"Unknown precision '{config.precision}': expected tf32 or fp32.")
+    unknown = [b for b in config.baselines if b not in BASELINES]
+    if unknown or not config.baselines:
+        raise UsageError(f"Unknown baseline(s) {', '.join(unknown) or '(none)'}: expected {', '.join(BASELINES)}.")
+
+
+def _check_executor(config: EvalConfig) -> None:
     if config.executor not in EXECUTOR_CHOICES:
         raise UsageError(f"Unknown executor '{config.executor}': expected local or ray.")
-    if not 1 <= config.pairs_per_device <= MAX_PAIRS_PER_DEVICE:
-        raise UsageError(f"--pairs-per-device must be between 1 and {MAX_PAIRS_PER_DEVICE}.")
     if config.executor == "ray" and config.pairs_per_device != 1:
         raise UsageError("--pairs-per-device is for the local executor; under --executor ray, Ray places each pair on a GPU.")
     if config.executor == "ray" and config.devices is not None:
@@ -484,28 +530,18 @@ def _runners(config: EvalConfig, settings: Settings, store: Store | None, secret
 
 
 def _verified_runner(config: EvalConfig, settings: Settings, secret: bytes) -> Any:
-    from kbv.protocols.verified.rules import BASELINES, VerifiedProtocol
+    """The verified protocol's runner, of a `config` already checked (`check_config`)."""
+    from kbv.protocols.verified.rules import VerifiedProtocol
     from kbv.protocols.verified.runner import VerifiedRunner
     from kbv.protocols.verified.timer import TimerConfig
     from kbv.stats import StopRule
 
-    if config.precision not in ("tf32", "fp32"):
-        raise UsageError(f"Unknown precision '{config.precision}': expected tf32 or fp32.")
     baselines = tuple(dict.fromkeys(config.baselines))
-    unknown = [b for b in baselines if b not in BASELINES]
-    if unknown or not baselines:
-        raise UsageError(f"Unknown baseline(s) {', '.join(unknown) or '(none)'}: expected {', '.join(BASELINES)}.")
     primary = f"eager-{config.precision}"
     if primary not in baselines:
         baselines = (primary,) + baselines
-    if config.trials < 1 or not 0 < config.ci_target < 1:
-        raise UsageError("--trials must be >= 1 and --ci-target between 0 and 1.")
-    if not 0 <= config.min_custom_share <= 1:
-        raise UsageError("--min-custom-share must be between 0 and 1.")
     protocol = VerifiedProtocol(trials_per_distribution=config.trials, precision=config.precision,
                                 min_custom_share=config.min_custom_share)
-    if config.timer_budget_s <= 0:
-        raise UsageError("--timer-budget must be positive.")
     timer = TimerConfig(stop=StopRule(target=config.ci_target, max_time_s=config.timer_budget_s))
     settings.provenance["verified_secret_sha256"] = hashlib.sha256(secret).hexdigest()[:16]
     if config.seed is not None:

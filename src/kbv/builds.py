@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from kbv.problems import Problem
 
 _MARKER = "build.json"
+CANDIDATE_FILE = "candidate.py"  # a candidate's source in its build directory, whatever the user named it
+# that copy as tracebacks and compilers print it: by its path, or by its bare name
+_BUILD_COPY_RE = re.compile(r"(?<![\w.-])(?:[^\s\"'()<>,]*/)?" + re.escape(CANDIDATE_FILE) + r"\b")
 # An import that failed for one of these reasons on a GPU-less worker is retried by the evaluator.
 _FINAL_MARKERS = ("Error building extension", "SyntaxError", "IndentationError", "CalledProcessError",
                   "defines no ModelNew", "NameError", "ModuleNotFoundError")
@@ -90,10 +94,17 @@ def prepare_candidate(candidate: Candidate, settings: Settings) -> Build:
     """The build directory with `candidate.py` written into it (no compilation)."""
     build_dir = settings.cache_dir / "builds" / build_key(candidate, settings)
     build_dir.mkdir(parents=True, exist_ok=True)
-    path = build_dir / "candidate.py"
+    path = build_dir / CANDIDATE_FILE
     if not path.exists() or path.read_text(encoding="utf-8") != candidate.code:
         path.write_text(candidate.code, encoding="utf-8")
     return Build(candidate_path=path, build_dir=build_dir)
+
+
+def as_users_file(text: str, origin: str) -> str:
+    """`text` (a message or traceback about a candidate) with its build copy, by path or bare name,
+    replaced by `origin`, the file the user gave. Candidates with the same source share one build,
+    so only the pair knows which file it was."""
+    return _BUILD_COPY_RE.sub(lambda _: origin, text)
 
 
 def needs_build(candidate: Candidate) -> bool:

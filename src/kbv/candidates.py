@@ -80,11 +80,28 @@ class Unpaired:
     candidate: Candidate
     reason: str
 
+    def describe(self) -> str:
+        """'FILE: why': the candidate's origin and the reason it did not pair."""
+        return f"{self.candidate.origin}: {self.reason}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"candidate": self.candidate.name, "origin": self.candidate.origin,
+                "problem_ref": self.candidate.problem_ref, "reason": self.reason}
+
 
 @dataclass(frozen=True)
 class Pairing:
     pairs: tuple[Pair, ...]
     unpaired: tuple[Unpaired, ...]
+
+
+def unpaired_lines(unpaired: Sequence[Unpaired], limit: int) -> list[str]:
+    """One line per unpaired candidate ('FILE: why'), the first `limit` of them, then
+    '... and N more' where there are more."""
+    lines = [u.describe() for u in unpaired[:limit]]
+    if len(unpaired) > limit:
+        lines.append(f"... and {len(unpaired) - limit} more")
+    return lines
 
 
 def detect_backend(code: str) -> Backend:

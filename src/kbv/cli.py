@@ -117,14 +117,27 @@ def eval_command(
     with _errors():
         _check_format(output, ("table", "json"))
         with _progress(output) as (progress, watch):
-            result = evaluate(config, progress=progress, watch=watch, notice=_notice)
-    for u in result.unpaired:
-        err.print(f"[yellow]unpaired:[/] {u.candidate.origin}: {u.reason}", highlight=False)
+            result = evaluate(config, progress=progress, watch=watch, notice=_notice,
+                              paired=lambda pairing: _print_unpaired(pairing, output))
     for f in result.problem_failures:
         err.print(f"[red]problem failed:[/] {f.message}", highlight=False)
     _render_run(result, output)
     if result.problem_failures:
         raise typer.Exit(ExitCode.PROBLEM_FAILURES)
+
+
+UNPAIRED_SHOWN = 20  # unpaired candidates listed before a run; the rest are counted (all are in --format json)
+
+
+def _print_unpaired(pairing: Any, output: str) -> None:
+    """Each candidate that pairs with no problem, or with several, and why: before the run starts,
+    where its progress goes (stdout for the table format, stderr for json)."""
+    from kbv.candidates import unpaired_lines
+
+    stream = sys.stdout if output == "table" else sys.stderr
+    for line in unpaired_lines(pairing.unpaired, UNPAIRED_SHOWN):
+        stream.write(f"unpaired: {line}\n")
+    stream.flush()
 
 
 def _notice(line: str, warning: bool) -> None:
@@ -211,7 +224,8 @@ def _render_run(result: Any, output: str) -> None:
         from dataclasses import asdict
 
         payload = {"run": str(result.run_dir), "verdicts": [v.to_dict() for v in result.verdicts],
-                   "metrics": {p: {g: asdict(m) for g, m in gs.items()} for p, gs in metrics.items()}}
+                   "metrics": {p: {g: asdict(m) for g, m in gs.items()} for p, gs in metrics.items()},
+                   "unpaired": [u.to_dict() for u in result.unpaired]}
         if result.stats is not None:
             payload["stats"] = {**asdict(result.stats), "pairs_per_min": round(result.stats.pairs_per_min, 2),
                                 "busy_share": round(result.stats.busy_share, 3),

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kbv.builds import Build, BuildPool, prepare_candidate
-from kbv.candidates import Pair
+from kbv.builds import Build, BuildPool, as_users_file, prepare_candidate
+from kbv.candidates import Candidate, Pair
 from kbv.errors import ProblemError, ProblemRunError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
@@ -239,7 +239,8 @@ class LocalExecutor(Executor):
         finally:
             self._current = None
         pair_s = time.perf_counter() - t0 - clock.seconds.get("build_wait", 0.0)
-        return replace(verdict, evidence={**verdict.evidence, "stages_s": clock.rounded(), "pair_s": round(pair_s, 3)})
+        verdict = replace(verdict, evidence={**verdict.evidence, "stages_s": clock.rounded(), "pair_s": round(pair_s, 3)})
+        return _naming_users_file(verdict, job.pair.candidate)
 
     def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
         runner = self.runners[job.protocol]
@@ -403,3 +404,12 @@ class LocalExecutor(Executor):
 
 def _pair_name(job: Job) -> str:
     return f"{job.pair.problem.key}/{job.pair.candidate.name} {job.protocol}"
+
+
+def _naming_users_file(verdict: Verdict, candidate: Candidate) -> Verdict:
+    """The verdict with its message and traceback naming the candidate's own file (its origin),
+    never the copy in the build directory that the child imported."""
+    trace = verdict.evidence.get("traceback")
+    evidence = verdict.evidence if not isinstance(trace, str) else \
+        {**verdict.evidence, "traceback": as_users_file(trace, candidate.origin)}
+    return replace(verdict, message=as_users_file(verdict.message, candidate.origin), evidence=evidence)

@@ -44,7 +44,8 @@ _CALLS_MODEL = ("forward", "time", "warmup", "time_block", "replay", "attributio
 
 
 class _CompileFailure(Exception):
-    """Importing the candidate (and so building its extensions) failed."""
+    """Importing the candidate (and so building its extensions) failed. Without a cause, it is kbv's
+    own plain statement of what is wrong, sent without a type name (`_error_reply`)."""
 
 
 class Child:
@@ -274,7 +275,7 @@ class Child:
             module = _import_candidate(cmd["path"])
             cls = getattr(module, "ModelNew", None)
             if cls is None:
-                raise _CompileFailure("the candidate defines no ModelNew")
+                raise _CompileFailure(f"{os.path.basename(cmd['path'])} defines no ModelNew")
             return cls
         return _exec_reference(cmd["code"], cmd["origin"]).Model
 
@@ -723,11 +724,13 @@ def classify_exception(exc: BaseException) -> str:
 
 def _error_reply(exc: BaseException) -> dict[str, Any]:
     root = exc.__cause__ if isinstance(exc, _CompileFailure) and exc.__cause__ else exc
+    # kbv's own words: no class name goes with them, and no traceback of kbv's frames
+    plain = isinstance(root, _CompileFailure)
     return {"error": {
         "kind": classify_exception(exc),
-        "type": type(root).__name__,
+        "type": "" if plain else type(root).__name__,
         "message": str(root)[:2000] or type(root).__name__,
-        "traceback": _format_exc(root),
+        "traceback": "" if plain else _format_exc(root),
     }}
 
 

@@ -409,7 +409,8 @@ class Sandbox:
             return ChildFailure(Status.CRASHED, f"the child answered {op} with a {kind!r} error: "
                                 "the result channel was written by something other than the harness",
                                 self.evidence())
-        message = f"{err.get('type', 'Error')}: {err.get('message', '')}".strip()
+        name, text = str(err.get("type", "Error")), str(err.get("message", ""))
+        message = (f"{name}: {text}" if name else text).strip()  # no name: the harness's own words
         evidence = self.evidence()
         evidence["traceback"] = str(err.get("traceback", ""))[-8000:]
         if status is Status.CUDA_ERROR:

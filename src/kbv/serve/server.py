@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import math
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kbv.api import EvalConfig, open_session
+from kbv.api import EvalConfig, check_config, open_session
 from kbv.errors import UsageError
 from kbv.problems import load_problems
 from kbv.reward_rules import DEFAULT_RULE, reward_rule
@@ -61,9 +62,9 @@ class ServeResult:
 def serve(config: ServeConfig, ready: Callable[[str], None] | None = None) -> ServeResult:
     """Serve until SIGTERM or SIGINT; `ready(line)` once the service answers. Raises UsageError
     (and the loading errors) before anything is served."""
+    _check(config)
     uvicorn = _require_extra()
     rule = reward_rule(config.reward)
-    _check(config)
     token = _token(config.token_env)
     _check_host(config.host, token)
     sock = _bind(config.host, config.port)
@@ -102,12 +103,14 @@ def _require_extra() -> Any:
 
 
 def _check(config: ServeConfig) -> None:
+    """Every option, before anything is bound or started (the evaluation's as `kbv eval` checks them)."""
+    check_config(config.evaluation)
     limits = config.limits
     for name, value in (("--max-code-bytes", limits.max_code_bytes), ("--max-batch", limits.max_batch),
                         ("--max-queue", limits.max_queue), ("--max-body-bytes", limits.max_body_bytes)):
         if value < 1:
             raise UsageError(f"{name} must be >= 1.")
-    if config.drain_timeout_s < 0:
+    if not 0 <= config.drain_timeout_s < math.inf:
         raise UsageError("--drain-timeout must be >= 0.")
     if not 0 <= config.port <= 65535:
         raise UsageError(f"--port {config.port}: expected 0-65535 (0 takes a free port).")
