@@ -68,3 +68,14 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def relu_problems(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A problem tree with one problem: level1/19_ReLU.py (ReLU of a 16x256 randn input)."""
     return write_tree(tmp_path_factory.mktemp("problems"), {"level1/19_ReLU.py": RELU_PROBLEM})
+
+
+@pytest.fixture(scope="session")
+def kernelbench_dir() -> Path:
+    """KernelBench's problem folder (`level1/`.. beside its `src/`): $KBV_KERNELBENCH_DIR, else
+    `../shared/kernelbench` beside the repository. Not ours: read, never copied; skipped where absent."""
+    repo = Path(__file__).resolve().parents[1]
+    path = Path(os.environ.get("KBV_KERNELBENCH_DIR") or repo.parent / "shared" / "kernelbench")
+    if not (path / "level1").is_dir():
+        pytest.skip(f"no KernelBench problem folder at {path} (set KBV_KERNELBENCH_DIR)")
+    return path

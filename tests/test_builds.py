@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbv.builds import BuildPool, build_candidate
+from kbv.builds import BuildPool, as_users_file, build_candidate
 from kbv.candidates import Candidate, Pair
 from kbv.pch import installation_key, parse_unit
 from kbv.placement import BUILD_NICE, CorePlan, Isolation
@@ -273,3 +273,15 @@ def test_a_build_the_constructor_makes_is_made_in_the_build_phase_not_on_a_lane(
     assert compiles["in_init"] == []
     assert verdicts[("in_init", "standard")].status is Status.CORRECT, verdicts[("in_init", "standard")].message
     assert verdicts[("in_init", "verified")].status is Status.NO_CUSTOM_KERNEL, verdicts[("in_init", "verified")].message
+
+
+def test_messages_about_a_candidate_name_the_users_file_not_its_build_copy() -> None:
+    """Candidates with one source share a build: each pair's verdict names its own file instead."""
+    trace = ('  File "/home/u/.cache/kbv/builds/0a1b2c/candidate.py", line 2, in <module>\n'
+             "SyntaxError: expected ':' (candidate.py, line 2)\ncandidate.py defines no ModelNew")
+    assert as_users_file(trace, "examples/x.py") == (
+        '  File "examples/x.py", line 2, in <module>\n'
+        "SyntaxError: expected ':' (examples/x.py, line 2)\nexamples/x.py defines no ModelNew")
+    untouched = "my_candidate.py, candidate.pyc, /a/b/old-candidate.py"
+    assert as_users_file(untouched, "examples/x.py") == untouched
+

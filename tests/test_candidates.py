@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kbv.api import EvalConfig, evaluate
-from kbv.candidates import Backend, Pairing, compiles_when_constructed, detect_backend, has_code, load_candidates
+from kbv.candidates import (Backend, Candidate, Pairing, Unpaired, compiles_when_constructed, detect_backend, has_code,
+                            load_candidates, unpaired_lines)
 from kbv.errors import CandidateSourceError, UsageError
 from kbv.problems import Problem, load_problems
 from sources import (CPP_BROKEN, CPP_RELU, CPP_RELU_FROM_FILES, CUDA_RELU, HONEST_LINEAR, HONEST_RELU,
@@ -104,6 +105,67 @@ def test_kernelbench_names_with_double_underscores_pair_with_the_longest_problem
     assert _unpaired(pairing)["level2/7_Conv3d__Relu_x"].startswith("no problem named 'L2/7_Conv3d'.")
 
 
+# KernelBench's kinds of names: ending in `_`, holding `__`, both (ending in `__` after inner `__`s)
+ODD_STEMS = ("12_Matmul_diag_", "55_conv_2D__asym__square", "75_convT_2D_strided__grouped____padded__",
+             "76_conv_1D_dilated__")
+TAGS = ("x", "triton", "sample_3", "cuda__v2", "_fast")
+
+
+@pytest.fixture(scope="module")
+def odd_problems(tmp_path_factory: pytest.TempPathFactory) -> list[Problem]:
+    """The odd stems at level 1, with problems whose names they begin with (a trap for a cut too
+    short), and 19_ReLU at levels 1 and 2."""
+    root = tmp_path_factory.mktemp("odd")
+    files = {f"level1/{stem}.py": RELU_PROBLEM for stem in ODD_STEMS}
+    files |= {"level1/12_Matmul_diag.py": RELU_PROBLEM, "level1/55_conv_2D.py": RELU_PROBLEM,
+              "level1/19_ReLU.py": RELU_PROBLEM, "level2/19_ReLU.py": RELU_PROBLEM}
+    return load_problems(write_tree(root, files))
+
+
+@pytest.mark.parametrize("folder", ["", "level1/"], ids=["flat", "level-folder"])
+def test_every_stem_pairs_as_itself_and_with_any_tag(tmp_path: Path, odd_problems: list[Problem], folder: str) -> None:
+    """`<stem>.py` and `<stem>__<tag>.py` pair with that problem, whatever the stem ends in or holds,
+    and whatever the tag holds: the longest problem name the file's name begins with before a `__`."""
+    names = [stem for stem in ODD_STEMS] + [f"{stem}__{tag}" for stem in ODD_STEMS for tag in TAGS]
+    pairing = load_candidates(write_tree(tmp_path, {f"{folder}{n}.py": HONEST_RELU for n in names}), odd_problems)
+    assert not pairing.unpaired, _unpaired(pairing)
+    paired = {p.candidate.name.removeprefix(folder): p.problem.name for p in pairing.pairs}
+    assert paired == {n: next(s for s in ODD_STEMS if n == s or n.startswith(f"{s}__")) for n in names}
+
+
+def test_a_shorter_problem_name_still_pairs_and_ambiguity_is_still_told(tmp_path: Path,
+                                                                        odd_problems: list[Problem]) -> None:
+    root = write_tree(tmp_path, {
+        "12_Matmul_diag__x.py": HONEST_RELU,  # the name without the trailing _
+        "55_conv_2D__mine.py": HONEST_RELU,
+        "19_ReLU___x.py": HONEST_RELU,  # a tag beginning with _: no '19_ReLU_' problem, so 19_ReLU
+        "12_Matmul_dag___x.py": HONEST_RELU,  # a typo
+    })
+    pairing = load_candidates(root, odd_problems)
+    assert _paired(pairing) == {"12_Matmul_diag__x": "L1/12_Matmul_diag", "55_conv_2D__mine": "L1/55_conv_2D"}
+    reasons = _unpaired(pairing)
+    assert reasons["19_ReLU___x"] == "'19_ReLU___x' is ambiguous: L1/19_ReLU, L2/19_ReLU"
+    assert reasons["12_Matmul_dag___x"].startswith("no problem named '12_Matmul_dag'. Did you mean 12_Matmul_diag")
+
+
+def test_every_kernelbench_problem_pairs_with_its_own_names(tmp_path: Path, kernelbench_dir: Path) -> None:
+    """Over KernelBench's own problems: `levelN/<stem>.py` and `levelN/<stem>__x.py` each pair with
+    exactly that problem."""
+    problems = load_problems(kernelbench_dir)
+    files = {f"level{p.level}/{p.name}{tag}.py": HONEST_RELU for p in problems for tag in ("", "__x")}
+    pairing = load_candidates(write_tree(tmp_path, files), problems)
+    assert not pairing.unpaired, [u.describe() for u in pairing.unpaired[:5]]
+    got = {p.candidate.name: p.problem.key for p in pairing.pairs}
+    assert got == {f"level{p.level}/{p.name}{tag}": p.key for p in problems for tag in ("", "__x")}
+
+
+def test_unpaired_lines_are_capped_with_a_count() -> None:
+    unpaired = [Unpaired(Candidate("x", f"n{i}", f"c/n{i}.py", f"n{i}"), f"no problem named 'n{i}'.") for i in range(5)]
+    assert unpaired_lines(unpaired, 5) == [f"c/n{i}.py: no problem named 'n{i}'." for i in range(5)]
+    assert unpaired_lines(unpaired, 2) == ["c/n0.py: no problem named 'n0'.", "c/n1.py: no problem named 'n1'.",
+                                           "... and 3 more"]
+
+
 def test_kernelbench_run_directory(tmp_path: Path, problems: list[Problem]) -> None:
     root = write_tree(tmp_path, {
         "level_1_problem_19_sample_0_kernel.py": HONEST_RELU,
@@ -172,7 +234,8 @@ def test_a_run_with_nothing_paired_says_why(tmp_path: Path, relu_problems: Path,
     root = write_tree(tmp_path / "c", {"42_Nothing.py": HONEST_RELU})
     config = EvalConfig(candidates=str(root), problems=str(relu_problems), device="cpu",
                         run_dir=str(tmp_path / "run"), cache_dir=str(cache_dir))
-    with pytest.raises(UsageError, match=r"No candidate pairs.*42_Nothing\.py: no problem named '42_Nothing'"):
+    with pytest.raises(UsageError, match=r"^No candidate pairs with a problem of '.*' \(1 unpaired\): "
+                                         r".*42_Nothing\.py: no problem named '42_Nothing'$"):
         evaluate(config)
 
 

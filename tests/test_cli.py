@@ -16,7 +16,8 @@ from typer.testing import CliRunner, Result
 
 from kbv.cli import app
 from kbv.store import DB_NAME, Store
-from sources import CPP_RELU, GET_INPUTS_RAISES_PROBLEM, HONEST_RELU, SYNTAX_ERROR_PROBLEM, WRONG_RELU, write_tree
+from sources import (CPP_RELU, GET_INPUTS_RAISES_PROBLEM, HONEST_RELU, LINEAR_PROBLEM, RELU_PROBLEM,
+                     SYNTAX_ERROR_PROBLEM, WRONG_RELU, write_tree)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 VERDICT_KEYS = {"problem", "candidate", "protocol", "status", "categories", "speedup"}
@@ -73,7 +74,7 @@ def test_eval_exits_0_whatever_the_verdicts_and_prints_the_tables(evaluated: sub
                  "correct", "incorrect", "Metrics", "fast_1", "geomean"):
         assert text in out, text
     assert "evaluated 4, resumed 0, unpaired 1" in out
-    assert "unpaired:" in evaluated.stderr and "99_Nothing.py:noproblemnamed'99_Nothing'" in _squash(evaluated.stderr)
+    assert f"unpaired: {evaluated.args[4]}/99_Nothing.py: no problem named '99_Nothing'." in out.splitlines()
     assert "Traceback" not in evaluated.stderr
 
 
@@ -143,7 +144,60 @@ def test_a_failing_problem_exits_1_naming_the_file(tmp_path: Path, cache_dir: Pa
     assert "cannotdrawitsinputs" in _squash(result.stderr)
 
 
+def test_unpaired_candidates_are_listed_before_the_run_with_their_reasons(tmp_path: Path, relu_problems: Path,
+                                                                          cache_dir: Path) -> None:
+    """Each unpaired candidate and why, where the run's progress goes (stdout for the table, stderr
+    for json), the first 20 and a count of the rest; json keeps them all under `unpaired`."""
+    nothing = {f"42_Nothing{i:02d}__x.py": HONEST_RELU for i in range(21)}
+    cands = write_tree(tmp_path / "c", {"19_ReLU__ok.py": HONEST_RELU, "19_ReLUU__typo.py": HONEST_RELU, **nothing})
+    args = ("eval", str(cands), "--problems", str(relu_problems), "--device", "cpu", "--run", str(tmp_path / "run"),
+            "--cache-dir", str(cache_dir))
+    result = invoke(*args)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    listed = [line for line in lines if line.startswith("unpaired: ")]
+    assert listed[0] == f"unpaired: {cands}/19_ReLUU__typo.py: no problem named '19_ReLUU'. Did you mean 19_ReLU?"
+    assert listed[1:] == [f"unpaired: {cands}/42_Nothing{i:02d}__x.py: no problem named '42_Nothing{i:02d}'."
+                          for i in range(19)] + ["unpaired: ... and 2 more"]
+    assert lines.index(listed[-1]) < next(i for i, line in enumerate(lines) if line.startswith("[1/1]"))  # before the run
+    assert "unpaired 22)" in result.stdout
+    resumed = invoke(*args, "--format", "json")  # the pair is stored: nothing runs again
+    assert resumed.exit_code == 0, resumed.stderr
+    assert [line for line in resumed.stderr.splitlines() if line.startswith("unpaired: ")] == listed
+    payload = json.loads(resumed.stdout)
+    assert len(payload["unpaired"]) == 22 and payload["unpaired"][0] == {
+        "candidate": "19_ReLUU__typo", "origin": f"{cands}/19_ReLUU__typo.py", "problem_ref": "19_ReLUU__typo",
+        "reason": "no problem named '19_ReLUU'. Did you mean 19_ReLU?"}
+    assert [v["candidate"] for v in payload["verdicts"]] == ["19_ReLU__ok"]
+
+
+def test_a_run_where_nothing_pairs_exits_2_with_the_first_reasons(tmp_path: Path, relu_problems: Path) -> None:
+    cands = write_tree(tmp_path / "c", {f"4{i}_Nothing.py": HONEST_RELU for i in range(5)})
+    result = invoke("eval", str(cands), "--problems", str(relu_problems), "--device", "cpu", "--run", str(tmp_path / "run"))
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert result.stderr.splitlines() == [
+        f"error: No candidate pairs with a problem of '{relu_problems}' (5 unpaired): "
+        f"{cands}/40_Nothing.py: no problem named '40_Nothing'; {cands}/41_Nothing.py: no problem named "
+        f"'41_Nothing'; {cands}/42_Nothing.py: no problem named '42_Nothing'; ... and 2 more"]
+    assert not (tmp_path / "run").exists()
+
+
 # -- problems list -------------------------------------------------------------------------------
+
+def test_problems_list_of_a_kernelbench_repository(tmp_path: Path) -> None:
+    """KernelBench's repository: its level folders' problems, and none of the Python beside them."""
+    root = write_tree(tmp_path / "kb", {"KernelBench/level1/19_ReLU.py": RELU_PROBLEM,
+                                        "KernelBench/level2/3_Linear.py": LINEAR_PROBLEM,
+                                        "src/kernelbench/analysis.py": "def f():\n    return 1\n",
+                                        "src/kernelbench/prompts/model_ex_0.py": RELU_PROBLEM,
+                                        "scripts/run.py": "import sys\n"})
+    for spec in (root, root / "KernelBench"):
+        result = invoke("problems", "list", str(spec))
+        assert result.exit_code == 0, result.stderr
+        assert "2 problems in" in result.stdout and "L1/19_ReLU" in result.stdout and "L2/3_Linear" in result.stdout
+        assert "model_ex_0" not in result.stdout
+
+
 
 def test_problems_list_suite_and_directory(relu_problems: Path) -> None:
     result = invoke("problems", "list", "smoke")
@@ -175,9 +229,20 @@ def test_a_long_bad_path_is_still_one_line(tmp_path: Path) -> None:
     (["eval", "{cands}", "--format", "jsonl"], "Unknown format 'jsonl': expected table, json."),
     (["eval", "{cands}", "--problems", "smok"], "Did you mean smoke?"),
     (["eval", "{cands}", "--device", "tpu"], "Unknown device 'tpu'"),
-    (["eval", "{cands}", "--timeout", "0"], "--timeout and --build-timeout must be positive."),
-    (["eval", "{cands}", "--jobs", "-1"], "--jobs must be >= 0"),
-    (["eval", "{cands}", "--tolerance", "2"], "--tolerance must be between 0 and 1"),
+    (["eval", "{cands}", "--timeout", "0"], "--timeout 0: expected a positive number of seconds."),
+    (["eval", "{cands}", "--jobs", "-1"], "--jobs -1: expected 0"),
+    (["eval", "{cands}", "--tolerance", "2"], "--tolerance 2: expected a number between 0 and 1"),
+    # every protocol's numbers, under standard too, before the sandbox line or anything else
+    (["eval", "{cands}", "--timer-budget", "-1"], "--timer-budget -1: expected a positive number of seconds."),
+    (["eval", "{cands}", "--protocol", "verified", "--timer-budget", "0"], "--timer-budget 0: expected a positive"),
+    (["eval", "{cands}", "--timeout", "nan"], "--timeout nan: expected a positive number of seconds."),
+    (["eval", "{cands}", "--build-timeout", "inf"], "--build-timeout inf: expected a positive number"),
+    (["eval", "{cands}", "--trials", "0"], "--trials 0: expected 1 or more."),
+    (["eval", "{cands}", "--ci-target", "1"], "--ci-target 1: expected a number between 0 and 1."),
+    (["eval", "{cands}", "--min-custom-share", "1.5"], "--min-custom-share 1.5: expected a share from 0 to 1."),
+    (["eval", "{cands}", "--pairs-per-device", "0"], "--pairs-per-device 0: expected 1 to 8."),
+    (["eval", "{cands}", "--seed", str(1 << 130)], f"--seed {1 << 130}: expected a 128-bit integer."),
+    (["eval", "{cands}", "--precision", "bf16"], "Unknown precision 'bf16': expected tf32 or fp32."),
     (["eval", "{cands}", "--standard-timing", "cuda_events"],
      "Unknown standard timing 'cuda_events': expected cuda_event, do_bench or host_time. Did you mean cuda_event?"),
     (["eval", "{cands}", "--standard-timing", "nsight_python"], "--standard-timing nsight_python needs"),
@@ -185,7 +250,9 @@ def test_a_long_bad_path_is_still_one_line(tmp_path: Path) -> None:
     (["report", "{tmp}", "--format", "xml"], "Unknown format 'xml': expected table, json, jsonl, html, csv, parquet."),
     (["report", "{tmp}"], "No kbv run at"),
     (["problems", "list", "no/such/dir"], "No problems at 'no/such/dir'"),
-], ids=["protocol", "eval-format", "suite", "device", "timeout", "jobs", "tolerance", "standard-timing",
+], ids=["protocol", "eval-format", "suite", "device", "timeout", "jobs", "tolerance", "timer-budget",
+        "timer-budget-verified", "timeout-nan", "build-timeout-inf", "trials", "ci-target", "min-custom-share",
+        "pairs-per-device", "seed", "precision", "standard-timing",
         "nsight", "bad-problem", "report-format", "no-run", "problems-list"])
 def test_bad_input_exits_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
     cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU})  # pairs with the smoke suite
@@ -197,6 +264,7 @@ def test_bad_input_exits_2_with_the_reason(tmp_path: Path, args: list[str], mess
     assert result.exit_code == 2, result.stdout + result.stderr
     assert isinstance(result.exception, SystemExit)  # not an uncaught exception
     assert result.stderr.startswith("error:") and _squash(message) in _squash(result.stderr)
+    assert len(result.stderr.splitlines()) == 1 and not result.stdout  # nothing printed before or beside it
     assert not (tmp_path / "run").exists()  # nothing was started
 
 

@@ -6,6 +6,7 @@ junk-printing candidate must never stop the run, and every failure carries its e
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,18 @@ def test_unimportable_candidates_are_compile_errors(verdicts: dict[str, Verdict]
     v = verdicts[tag]
     assert v.status is Status.COMPILE_ERROR
     assert evidence in v.message + v.evidence.get("traceback", "")
+
+
+def test_an_unimportable_candidate_is_told_by_the_users_file_in_plain_words(verdicts: dict[str, Verdict]) -> None:
+    """Not the copy in the build directory (`candidate.py`), nor a class of kbv's own."""
+    assert re.fullmatch(r"/.+/candidates/19_ReLU__no_modelnew\.py defines no ModelNew \(during load\)",
+                        verdicts["no_modelnew"].message), verdicts["no_modelnew"].message
+    syntax = verdicts["syntax_error"]
+    assert re.search(r"\(/.+/candidates/19_ReLU__syntax_error\.py, line 4\)", syntax.message), syntax.message
+    assert 'candidates/19_ReLU__syntax_error.py", line 4' in syntax.evidence["traceback"]
+    for v in (verdicts["no_modelnew"], syntax, verdicts["raises"]):
+        text = v.message + v.evidence.get("traceback", "")
+        assert "candidate.py" not in text and "_CompileFailure" not in text
 
 
 def test_device_error_is_a_cuda_error(verdicts: dict[str, Verdict]) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kbv.errors import ProblemLoadError, ProblemRunError, UsageError
-from kbv.problems import content_hash, find_problem, instantiate_problem, load_problems
+from kbv.problems import content_hash, find_problem, instantiate_problem, level_dirs, load_problems
 from kbv.protocols.standard import StandardProtocol
 from kbv.protocols.standard import prepare_standard
 from sources import (GET_INPUTS_RAISES_PROBLEM, LINEAR_PROBLEM, NO_MODEL_PROBLEM, RELU_PROBLEM,
@@ -24,6 +24,32 @@ def tree(tmp_path: Path) -> Path:
         "level2/19_ReLU.py": RELU_PROBLEM,
         "level1/_helpers.py": "x = 1\n",  # private modules are not problems
     })
+
+
+NOT_A_PROBLEM = "def summarize(rows):\n    return len(rows)\n"
+
+
+@pytest.fixture
+def kernelbench_repo(tmp_path: Path) -> Path:
+    """A repository shaped like KernelBench's: problems under KernelBench/levelN/, and beside them
+    Python that is no problem (`src/`, `scripts/`), one file even shaped like one (a prompt example),
+    and level folders where none may be looked for (a virtual environment, a hidden folder)."""
+    return write_tree(tmp_path / "repo", {
+        "KernelBench/level1/19_ReLU.py": RELU_PROBLEM,
+        "KernelBench/level1/12_Matmul_diag_.py": RELU_PROBLEM,
+        "KernelBench/level2/3_Linear.py": LINEAR_PROBLEM,
+        "KernelBench/level3/55_conv_2D__asymmetric__square_kernel.py": RELU_PROBLEM,
+        "src/kernelbench/analysis.py": NOT_A_PROBLEM,
+        "src/kernelbench/prompts/model_ex_0.py": RELU_PROBLEM,  # shaped like a problem, not in a level folder
+        "scripts/run_and_check.py": NOT_A_PROBLEM,
+        "kbenv/pyvenv.cfg": "home = /usr/bin\n",
+        "kbenv/lib/level1/x.py": NOT_A_PROBLEM,
+        ".git/level1/x.py": NOT_A_PROBLEM,
+    })
+
+
+KERNELBENCH_KEYS = ["L1/12_Matmul_diag_", "L1/19_ReLU", "L2/3_Linear",
+                    "L3/55_conv_2D__asymmetric__square_kernel"]
 
 
 def _write_parquet(path: Path, rows: list[dict]) -> Path:
@@ -50,6 +76,57 @@ def test_directory_tree_takes_levels_from_folders_and_sorts(tree: Path) -> None:
     assert [p.key for p in problems] == ["L1/3_Linear", "L1/19_ReLU", "L2/19_ReLU"]
     assert [(p.level, p.problem_id) for p in problems] == [(1, 3), (1, 19), (2, 19)]
     assert problems[1].origin == str(tree / "level1" / "19_ReLU.py")
+
+
+@pytest.mark.parametrize("where", ["", "KernelBench"], ids=["repository", "problem-folder"])
+def test_kernelbench_repository_and_problem_folder_give_the_level_problems_only(kernelbench_repo: Path,
+                                                                                 where: str) -> None:
+    problems = load_problems(kernelbench_repo / where)
+    assert [p.key for p in problems] == KERNELBENCH_KEYS
+    assert all(Path(p.origin).parent.parent == kernelbench_repo / "KernelBench" for p in problems)
+
+
+def test_level_folders_are_looked_for_a_few_levels_down_outside_hidden_folders_and_venvs(tmp_path: Path) -> None:
+    root = write_tree(tmp_path, {"a/b/level1/1_X.py": RELU_PROBLEM, "a/b/c/level2/2_Y.py": RELU_PROBLEM,
+                                 "level_3/3_Z.py": RELU_PROBLEM, "level_3/level1/4_W.py": RELU_PROBLEM,
+                                 ".hidden/level1/5_V.py": RELU_PROBLEM, "venv/pyvenv.cfg": "",
+                                 "venv/level1/6_U.py": RELU_PROBLEM, "__pycache__/level1/7_T.py": RELU_PROBLEM})
+    assert level_dirs(root) == [root / "a" / "b" / "level1", root / "level_3"]  # a/b/c/level2 is 4 down
+    assert [p.key for p in load_problems(root)] == ["L1/1_X", "L1/4_W", "L3/3_Z"]  # 4_W: its nearest level
+
+
+def test_a_level_folder_alone_is_a_plain_directory_of_its_level(kernelbench_repo: Path) -> None:
+    problems = load_problems(kernelbench_repo / "KernelBench" / "level1")
+    assert [p.key for p in problems] == KERNELBENCH_KEYS[:2]
+
+
+def test_the_same_key_from_two_level_folders_is_an_error(kernelbench_repo: Path) -> None:
+    write_tree(kernelbench_repo, {"level1/19_ReLU.py": RELU_PROBLEM})
+    with pytest.raises(ProblemLoadError, match=r"Two problems named L1/19_ReLU: .*KernelBench/level1/19_ReLU\.py "
+                                               r"and .*repo/level1/19_ReLU\.py"):
+        load_problems(kernelbench_repo)
+
+
+def test_a_directory_without_a_problem_says_so_in_one_line(kernelbench_repo: Path) -> None:
+    scripts = kernelbench_repo / "scripts"
+    with pytest.raises(UsageError, match=rf"^No KernelBench problem under '{scripts}' \(1 \.py file; .*run_and_check"
+                                         r"\.py: not a KernelBench problem: missing Model, get_inputs, get_init_inputs\)$"):
+        load_problems(scripts)
+    empty_levels = write_tree(kernelbench_repo.parent / "empty", {"level1/README.md": "", "level2/_init.py": ""})
+    with pytest.raises(UsageError, match=r"^No problem files \(\*\.py\) under the level folders of '.*empty' "
+                                         r"\(level1, level2\)\.$"):
+        load_problems(empty_levels)
+
+
+def test_a_problem_folder_of_kernelbench_loads_whole(kernelbench_dir: Path) -> None:
+    """KernelBench's own problem folder, with its `src/` beside the levels: every file of a level
+    folder is a problem, and nothing else is."""
+    problems = load_problems(kernelbench_dir)
+    in_levels = sorted(kernelbench_dir.glob("level*/*.py"))
+    assert len(problems) == len(in_levels) >= 250
+    assert sorted(Path(p.origin) for p in problems) == in_levels
+    assert {p.level for p in problems} >= {1, 2, 3}
+    assert len({p.key for p in problems}) == len(problems)
 
 
 def test_a_level_file_alone_keeps_its_level(tree: Path) -> None:

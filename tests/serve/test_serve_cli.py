@@ -38,6 +38,9 @@ def test_a_port_in_use_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--reward", "speed"), "Unknown reward 'speed'"),
     (("--max-queue", "0"), "--max-queue must be >= 1"),
+    (("--timer-budget", "-1"), "--timer-budget -1: expected a positive number of seconds."),
+    (("--trials", "0"), "--trials 0: expected 1 or more."),
+    (("--drain-timeout", "nan"), "--drain-timeout nan: expected 0 or more seconds."),
     (("--problems", "no/such/dir"), "No problems at 'no/such/dir'"),
 ])
 def test_bad_options_are_one_line(args, message, tmp_path):

@@ -111,7 +111,7 @@ def _check(config: ServeConfig) -> None:
         if value < 1:
             raise UsageError(f"{name} must be >= 1.")
     if not 0 <= config.drain_timeout_s < math.inf:
-        raise UsageError("--drain-timeout must be >= 0.")
+        raise UsageError(f"--drain-timeout {config.drain_timeout_s:g}: expected 0 or more seconds.")
     if not 0 <= config.port <= 65535:
         raise UsageError(f"--port {config.port}: expected 0-65535 (0 takes a free port).")
     if config.log_level not in LOG_LEVELS:
