@@ -42,7 +42,8 @@ def check_one(path: str, level: int | None, device: str, seed: int) -> dict[str,
     try:
         problem = load_problem_file(Path(path), level)
         record["problem"] = problem.key
-        prepared = prepare_trials(problem, VerifiedProtocol(), torch.device(device), seed.to_bytes(16, "big"))
+        prepared = prepare_trials(problem, VerifiedProtocol(), torch.device(device), seed.to_bytes(16, "big"),
+                                  sensitivity=True)
         report = check_problem(prepared, VerifiedProtocol())
         record.update(flags=list(report.flags), notes=list(report.notes), calibration=report.calibration,
                       calibration_notes=report.calibration_notes, drawn=list(report.drawn),

@@ -46,7 +46,7 @@ def test_a_closed_verified_problem_holds_no_tensors(tmp_path):
     prepared.pool = [[torch.zeros(4)]]
     prepared.close()
     assert prepared.pool == []
-    assert all(t._data is None for t in prepared.trials)
+    assert all(not t.made for t in prepared.trials)
 
 
 class _OutOfMemoryRunner:

@@ -657,7 +657,7 @@ def check_problems(spec: str, device: str = "auto", seed: int | None = None,
     reports = []
     for problem in load_problems(spec):
         try:
-            prepared = prepare_trials(problem, protocol, dev, secret)
+            prepared = prepare_trials(problem, protocol, dev, secret, sensitivity=True)
             reports.append(check_problem(prepared, protocol))
         except UnsoundProblemError as exc:  # runs, but no candidate can be judged
             reports.append(SoundnessReport(problem.key, {}, {}, (str(exc),)))

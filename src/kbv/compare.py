@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -38,18 +39,36 @@ def compare_allclose(reference: torch.Tensor, output: torch.Tensor, atol: float,
 
 
 def error_summary(reference: torch.Tensor, output: torch.Tensor) -> tuple[float, float, float]:
-    """(max |out - ref|, mean |out - ref|, max |out - ref| / |ref|) over finite elements, as floats."""
+    """(max |out - ref|, mean |out - ref|, max |out - ref| / |ref|) over finite elements, as floats.
+    Computed a chunk at a time (`CHUNK`), so that a multi-GB output costs no multi-GB temporaries."""
     if reference.numel() == 0:
         return 0.0, 0.0, 0.0
-    ref = reference.detach().double()
-    out = output.detach().double()
-    diff = (out - ref).abs()
-    finite = torch.isfinite(diff)
-    if not bool(finite.any()):
+    max_abs, sum_abs, count, max_rel = 0.0, 0.0, 0, 0.0
+    for ref, out in _chunks(reference, output):
+        diff = (out - ref).abs()
+        finite = torch.isfinite(diff)
+        d = diff[finite]
+        if d.numel() == 0:
+            continue
+        rel = d / ref.abs()[finite].clamp_min(torch.finfo(torch.float32).tiny)
+        max_abs, max_rel = max(max_abs, float(d.max())), max(max_rel, float(rel.max()))
+        sum_abs, count = sum_abs + float(d.sum()), count + d.numel()
+    if count == 0:
         return float("inf"), float("inf"), float("inf")
-    d = diff[finite]
-    rel = d / ref.abs()[finite].clamp_min(torch.finfo(torch.float32).tiny)
-    return float(d.max()), float(d.mean()), float(rel.max())
+    return max_abs, sum_abs / count, max_rel
+
+
+CHUNK = 1 << 22  # elements compared at a time: float64 temporaries of 32 MiB each, whatever the output's size
+
+
+def _chunks(truth: torch.Tensor, output: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching slices of `truth` and `output` (on truth's device), each as float64."""
+    t_flat = truth.detach().reshape(-1)
+    o_flat = output.detach().reshape(-1)
+    for start in range(0, t_flat.numel(), CHUNK):
+        t = t_flat[start:start + CHUNK].to(torch.float64)
+        o = o_flat[start:start + CHUNK].to(device=t.device, dtype=torch.float64)
+        yield t, o
 
 
 def _nan_inf_differ(reference: torch.Tensor, output: torch.Tensor) -> bool:
@@ -92,20 +111,30 @@ class ErrorMeasure:
 
 
 def measure_error(truth: torch.Tensor, output: torch.Tensor) -> ErrorMeasure:
-    """Errors of `output` against `truth` (float64), over the elements finite in both."""
-    t = truth.detach().to(torch.float64)
-    o = output.detach().to(device=t.device, dtype=torch.float64)
-    match = bool(torch.equal(torch.isnan(t), torch.isnan(o)) and torch.equal(t == float("inf"), o == float("inf"))
-                 and torch.equal(t == float("-inf"), o == float("-inf")))
-    finite = torch.isfinite(t) & torch.isfinite(o)
-    t, o = t[finite], o[finite]
-    if t.numel() == 0:
+    """Errors of `output` against `truth` (float64), over the elements finite in both. Two passes of
+    chunks (`CHUNK`): the truth's rms first, then the errors against it; a multi-GB output costs no
+    multi-GB temporaries."""
+    match, count, square_sum = True, 0, 0.0
+    for t, o in _chunks(truth, output):
+        match = match and bool(torch.equal(torch.isnan(t), torch.isnan(o)) and torch.equal(t == float("inf"), o == float("inf"))
+                               and torch.equal(t == float("-inf"), o == float("-inf")))
+        t = t[torch.isfinite(t) & torch.isfinite(o)]
+        count += t.numel()
+        square_sum += float(t.square().sum())
+    if count == 0:
         return ErrorMeasure(0.0, 0.0, match)
-    diff = (o - t).abs()
-    rms = float(t.square().mean().sqrt())
+    rms = (square_sum / count) ** 0.5
     scale = max(rms, torch.finfo(torch.float64).tiny)
-    norm = float(diff.square().sum().sqrt()) / (scale * (t.numel() ** 0.5))
-    elem = float((diff / (t.abs() + scale)).max())
+    diff_sum, elem = 0.0, 0.0
+    for t, o in _chunks(truth, output):
+        finite = torch.isfinite(t) & torch.isfinite(o)
+        t, o = t[finite], o[finite]
+        if t.numel() == 0:
+            continue
+        diff = (o - t).abs()
+        diff_sum += float(diff.square().sum())
+        elem = max(elem, float((diff / (t.abs() + scale)).max()))
+    norm = diff_sum ** 0.5 / (scale * (count ** 0.5))
     return ErrorMeasure(norm, elem, match)
 
 

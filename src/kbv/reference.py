@@ -13,6 +13,7 @@ import torch
 
 from kbv.compare import ErrorMeasure, Tolerance, measure_error
 from kbv.inputs import flatten_outputs, rng_isolated, set_seed
+from kbv.ledger import CallLedger
 from kbv.precision import precision_policy
 from kbv.problems import out_of_memory, problem_code
 from kbv.weights import Kind, constant_kinds, draw_constant_parameters
@@ -33,10 +34,14 @@ class Evaluation:
 
 
 class Reference:
-    """`Model` of a problem, rebuilt per weight seed, evaluated as truth and as the baseline."""
+    """`Model` of a problem, rebuilt per weight seed, evaluated as truth and as the baseline. Every
+    forward it makes is counted in `ledger` (`kbv.ledger`). `ops`, the aten operators its forward
+    dispatches (`kbv.footprint`, traced on the meta device), where known: a forward that runs no
+    operator TF32 changes needs no strict-fp32 call to find out whether TF32 matters."""
 
     def __init__(self, module: types.ModuleType, init_inputs: Sequence[Any], device: torch.device,
-                 policy: str, origin: str = "problem", draw_constants: bool = False) -> None:
+                 policy: str, origin: str = "problem", draw_constants: bool = False,
+                 ledger: CallLedger | None = None, ops: frozenset[str] | None = None) -> None:
         self.module = module
         self.init_inputs = list(init_inputs)
         self.device = device
@@ -46,7 +51,9 @@ class Reference:
         self.draw_constants = draw_constants
         self.drawn: tuple[str, ...] = ()  # the parameters the last build drew
         self.kinds: tuple[Kind, ...] = ()  # what they are (`kbv.weights.Kind`): all a candidate may have drawn
-        self._convolves: bool | None = None
+        self.ledger = ledger if ledger is not None else CallLedger(problem=origin)
+        self.ops = ops
+        self._convolves: bool | None = None if ops is None else bool(ops & CONVOLUTIONS)
 
     def build(self, weight_seed: int) -> Any:
         with rng_isolated(), problem_code(self.origin, "Model(...)"):
@@ -61,6 +68,7 @@ class Reference:
             return model
 
     def baseline_outputs(self, model: Any, inputs: Sequence[Any]) -> list[torch.Tensor]:
+        self.ledger.count(self.policy)
         with precision_policy(self.policy), torch.no_grad(), problem_code(self.origin, "forward"):
             return [o.detach().clone() for o in flatten_outputs(model(*inputs))]
 
@@ -72,7 +80,8 @@ class Reference:
         if not isinstance(model, torch.nn.Module):
             return {}
         before = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        self.baseline_outputs(model, inputs)
+        with self.ledger.doing("state", self.ledger.distribution):
+            self.baseline_outputs(model, inputs)
         after = model.state_dict()
         keys = [k for k in before if k in after]
         return {keys[i]: state_print(after[keys[i]]) for i in changed([before[k] for k in keys], [after[k] for k in keys])}
@@ -83,19 +92,31 @@ class Reference:
 
     def _evaluate(self, model: Any, inputs: Sequence[Any]) -> Evaluation:
         truth, exact = self.truth(model, inputs)
-        baseline = self.baseline_outputs(model, inputs)
+        with self.ledger.doing("baseline", self.ledger.distribution):
+            baseline = self.baseline_outputs(model, inputs)
         errors = [measure_error(t, b) for t, b in zip(truth, baseline)]
-        if self.policy == "tf32" and self._tf32_matters(model, inputs, truth, errors):
+        return self.evaluation(model, inputs, truth, exact, baseline, errors)
+
+    def evaluation(self, model: Any, inputs: Sequence[Any], truth: list[torch.Tensor], exact: bool,
+                   baseline: list[torch.Tensor], errors: list[ErrorMeasure]) -> Evaluation:
+        """The record of a call whose truth and baseline outputs are made, the TF32 allowance judged."""
+        if self.policy == "tf32" and self._may_use_tf32() and self._tf32_matters(model, inputs, truth, errors):
             # a truncating TF32 kernel errs up to ~60x more than cuBLAS's rounding one on positive
             # data; it is allowed TRUNCATED_FACTOR x its own error (not the 4x of the baseline's),
             # tight enough that bf16 math still fails
             scale = TRUNCATED_FACTOR / Tolerance().factor
-            errors = [_worse(e, _scaled(measure_error(t, o), scale))
-                      for e, t, o in zip(errors, truth, self._truncated_outputs(model, inputs))]
+            with self.ledger.doing("tf32", self.ledger.distribution):
+                truncated = self._truncated_outputs(model, inputs)
+            errors = [_worse(e, _scaled(measure_error(t, o), scale)) for e, t, o in zip(errors, truth, truncated)]
         return Evaluation(truth, baseline, errors, exact)
 
     def truth(self, model: Any, inputs: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
         """float64 outputs; strict fp32 where the model cannot run in float64."""
+        with self.ledger.doing("truth", self.ledger.distribution):
+            return self._truth(model, inputs)
+
+    def _truth(self, model: Any, inputs: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
+        self.ledger.count("float64")
         try:
             model64 = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else model
             inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
@@ -103,6 +124,7 @@ class Reference:
                 outs = [o.detach().double() for o in flatten_outputs(model64(*inputs64))]
             return outs, True
         except (RuntimeError, NotImplementedError, TypeError):
+            self.ledger.count("fp32")
             with precision_policy("fp32"), torch.no_grad():
                 return [o.detach().double() for o in flatten_outputs(model(*inputs))], False
 
@@ -112,6 +134,7 @@ class Reference:
         `inputs` cast to bfloat16, its outputs measured against `truth` (float64) as a candidate's are.
         None where it cannot run in bfloat16 (an op without a bfloat16 kernel, a dtype check in the
         problem's own code): its callers fall back to a rule that needs no such figure."""
+        self.ledger.count("bf16")
         try:  # `model` is the caller's own fresh build: cast in place, no second copy on the device
             model16 = model.to(torch.bfloat16) if isinstance(model, torch.nn.Module) else model
             inputs16 = [x.to(torch.bfloat16) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
@@ -137,12 +160,20 @@ class Reference:
         2.7x of an fp32-level allowance, with TF32-level errors)."""
         if self._cudnn_may_pick_tf32() and self._runs_convolution(model, inputs):
             return True
-        with precision_policy("fp32"), torch.no_grad():
-            strict = flatten_outputs(model(*inputs))
+        with self.ledger.doing("tf32", self.ledger.distribution):
+            self.ledger.count("fp32")
+            with precision_policy("fp32"), torch.no_grad():
+                strict = flatten_outputs(model(*inputs))
         return any(e.norm > 8 * measure_error(t, s).norm + 1e-12 for e, t, s in zip(errors, truth, strict))
 
     def _cudnn_may_pick_tf32(self) -> bool:
         return self.device.type == "cuda"
+
+    def _may_use_tf32(self) -> bool:
+        """Whether the forward runs an operator TF32 changes (True where its operators are unknown)."""
+        from kbv.footprint import TF32_OPS
+
+        return self.ops is None or bool(self.ops & TF32_OPS)
 
     def _runs_convolution(self, model: Any, inputs: Sequence[Any]) -> bool:
         """Whether the model's forward runs a convolution (seen once per problem, on a copy: a call
@@ -158,6 +189,7 @@ class Reference:
         """The model on TF32-truncated inputs and weights, in fp32: what a tensor-core kernel that
         truncates (rather than rounds) its operands computes, such as Triton's `tl.dot` in TF32. cuBLAS
         rounds to nearest and errs less; both are TF32, so the allowance covers the worse."""
+        self.ledger.count("tf32-truncated")
         clone = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
         if isinstance(clone, torch.nn.Module):
             with torch.no_grad():

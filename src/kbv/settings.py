@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,11 @@ class Settings:
     build_isolation: str = "auto"  # how builds keep out of timings (`kbv.placement`)
     child_threads: int = 0  # OMP_NUM_THREADS of the children a lane times (0: their default)
     warm_clocks: bool = True  # a GPU's clocks are warmed before every timed window (`kbv.clocks`)
+    prepare_timeout_s: float = 0.0  # wall clock for preparing one problem under one protocol (0: timeout_s)
+
+    @property
+    def prepare_limit_s(self) -> float:
+        return self.prepare_timeout_s or self.timeout_s
 
     def compile_env(self) -> dict[str, str]:
         """The variables every child's extension builds run with: the same in build and evaluation
@@ -111,15 +117,36 @@ class Settings:
 
 def deadline_in(timeout_s: float) -> float:
     """The deadline of work that starts now and may take `timeout_s` of its own (for `time_left`):
-    what the pair waited at the device's gate before now is not moved on again."""
-    return time.monotonic() + timeout_s - waited_s()
+    what the pair waited at the device's gate, and the parent's own work (`parent_work`), before now
+    is not moved on again."""
+    return time.monotonic() + timeout_s - waited_s() - parent_s()
 
 
 def time_left(deadline: float, floor_s: float = 0.5) -> float:
     """Seconds until `deadline` (time.monotonic), never below `floor_s`: a call always gets a chance.
-    The time the pair has waited for other pairs' timed windows on its device (`kbv.gate`) moves the
-    deadline on: a pair's timeout is for its own work."""
-    return max(deadline + waited_s() - time.monotonic(), floor_s)
+    The time the pair has waited for other pairs' timed windows on its device (`kbv.gate`), and the
+    time the parent spent on its own work for it (`parent_work`: the reference remade for a trial),
+    move the deadline on: a pair's timeout is for its own work."""
+    return max(deadline + waited_s() + parent_s() - time.monotonic(), floor_s)
+
+
+_PARENT = threading.local()
+
+
+def parent_s() -> float:
+    """Seconds the calling thread has spent in `parent_work` blocks (ever: deadlines take differences)."""
+    return float(getattr(_PARENT, "seconds", 0.0))
+
+
+@contextmanager
+def parent_work() -> Iterator[None]:
+    """Mark work the parent does for itself while a pair runs (the reference's calls for a trial it
+    did not keep): its seconds are not charged to the pair's timeout."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        _PARENT.seconds = parent_s() + time.monotonic() - t0
 
 
 def default_cache_dir() -> Path:

@@ -26,6 +26,7 @@ class StageClock:
         self.seconds: dict[str, float] = {}
         self.exclusive = exclusive or {}
         self._stack: list[list[float | str]] = []  # [name, started, child seconds]
+        self.detail = ""  # what the innermost stage is doing, for a glance (`note`): "truth 6/10"
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -42,6 +43,7 @@ class StageClock:
             yield
         finally:
             self._stack.pop()
+            self.detail = ""
             spent = time.perf_counter() - float(entry[1])
             self.seconds[name] = self.seconds.get(name, 0.0) + spent - float(entry[2])
             if self._stack:
@@ -53,7 +55,8 @@ class StageClock:
         if not stack:
             return None
         name, started = stack[-1][0], float(stack[-1][1])
-        return str(name), time.perf_counter() - started
+        detail = self.detail
+        return (f"{name}: {detail}" if detail else str(name)), time.perf_counter() - started
 
     def rounded(self) -> dict[str, float]:
         return {k: round(v, 4) for k, v in sorted(self.seconds.items(), key=lambda kv: STAGES.index(kv[0])
@@ -82,3 +85,10 @@ def stage(name: str) -> Iterator[None]:
         return
     with clock.stage(name):
         yield
+
+
+def note(detail: str) -> None:
+    """Say what the current stage is doing, for the run's heartbeat (`prepare: truth 6/10`); '' clears."""
+    clock = _CURRENT.get()
+    if clock is not None:
+        clock.detail = detail

@@ -93,63 +93,80 @@ class Screen:
     inapplicable: dict[str, str] = field(default_factory=dict)
 
 
+class ScreenTally:
+    """The screen, a distribution at a time (`add`), as the trials are made: each distribution's first
+    trial is screened while its tensors are at hand, then let go. `result()` is the `Screen`."""
+
+    def __init__(self, protocol: VerifiedProtocol, sensitivity: bool = False) -> None:
+        self.protocol = protocol
+        self.sensitivity = sensitivity
+        self.unjudgeable: list[str] = []
+        self.inapplicable: dict[str, str] = {}
+        self.judged: list[str] = []
+        self.passes: dict[str, list[str]] = {}  # what passed -> the distributions it passed on
+
+    def add(self, ctx: PreparedProblem, trials: list[TrialData]) -> None:
+        """Screen one distribution on its first trial (and its second's inputs), adding to the findings."""
+        first, dist = trials[0], trials[0].distribution
+        ledger = ctx.reference.ledger
+        with ledger.doing("screen", dist):
+            if (why := _nondeterministic(ctx, first, self.protocol)) is not None:
+                self.unjudgeable.append(why)
+            if (why := _judges_nothing(first)) is not None:
+                self.inapplicable[dist] = why
+                return
+            self.judged.append(dist)
+            for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
+                outputs = [make(b) for b in first.evaluation.baseline]
+                if all(o is not None for o in outputs) and _passes(outputs, first, self.protocol):
+                    self.passes.setdefault(name, []).append(dist)
+                del outputs
+            if len(trials) > 1:
+                second = trials[1].drawn_inputs()  # its inputs alone: no reference call of its own is needed
+                model = ctx.reference.build(first.weight_seed)
+                other = ctx.reference.baseline_outputs(model, second)
+                if _same_shapes(other, first) and _passes(other, first, self.protocol):
+                    self.passes.setdefault("the output at other inputs", []).append(dist)
+                del other
+                if self.sensitivity:
+                    for k in _insensitive_inputs(ctx, model, first, second, self.protocol):
+                        self.passes.setdefault(f"the output without input {k}", []).append(dist)
+
+    def result(self) -> Screen:
+        """A trivial candidate, or the output at other inputs, that passes on EVERY distribution that
+        judges anything would be verified: the problem is unjudgeable. On some distributions only, it
+        is a note."""
+        unjudgeable, inapplicable, judged = list(self.unjudgeable), dict(self.inapplicable), self.judged
+        if not judged and not unjudgeable:
+            unjudgeable.append("no input distribution judges anything: " + "; ".join(
+                f"{d}: {why}" for d, why in inapplicable.items()))
+        flags, notes = list(unjudgeable), [f"{d} judges nothing ({why})" for d, why in inapplicable.items()]
+        for name, dists in self.passes.items():
+            if set(dists) != set(judged):
+                notes.append(f"{name} passes on {', '.join(dists)} only")
+            elif name.startswith("the output without input"):  # it ignores an input: a flag, still judgeable
+                flags.append(f"the output does not depend on input {name.rsplit(' ', 1)[-1]} on any distribution")
+            else:
+                flags.append(f"{name} passes on every distribution")
+                unjudgeable.append(flags[-1])
+        return Screen(tuple(flags), tuple(notes), tuple(unjudgeable), inapplicable)
+
+
 def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity: bool = False) -> Screen:
-    """Screen the problem on the first trial of each distribution (see `Screen`). A trivial candidate,
-    or the output at other inputs, that passes on EVERY distribution that judges anything would be
-    verified: the problem is unjudgeable. On some distributions only, it is a note."""
+    """Screen the problem on the first trial of each distribution (see `Screen`, `ScreenTally`): the
+    whole screen at once, over trials already laid out (the verified protocol screens each
+    distribution as its trials are made instead, `kbv.protocols.verified.prepare`)."""
+    tally = ScreenTally(protocol, sensitivity)
     by_dist: dict[str, list[TrialData]] = {}
     for t in ctx.trials:
         by_dist.setdefault(t.distribution, []).append(t)
-    unjudgeable: list[str] = []
-    inapplicable: dict[str, str] = {}
-    judged: list[str] = []
-    passes: dict[str, list[str]] = {}  # what passed -> the distributions it passed on
     for trials in by_dist.values():
         try:  # one distribution's tensors at a time: a multi-GB problem's trials do not fit together
-            _screen_distribution(ctx, protocol, trials, sensitivity, unjudgeable, inapplicable, judged, passes)
+            tally.add(ctx, trials)
         finally:
             for t in trials:
                 t.release()
-    if not judged and not unjudgeable:
-        unjudgeable.append("no input distribution judges anything: " + "; ".join(
-            f"{d}: {why}" for d, why in inapplicable.items()))
-    flags, notes = list(unjudgeable), [f"{d} judges nothing ({why})" for d, why in inapplicable.items()]
-    for name, dists in passes.items():
-        if set(dists) != set(judged):
-            notes.append(f"{name} passes on {', '.join(dists)} only")
-        elif name.startswith("the output without input"):  # it ignores an input: a flag, still judgeable
-            flags.append(f"the output does not depend on input {name.rsplit(' ', 1)[-1]} on any distribution")
-        else:
-            flags.append(f"{name} passes on every distribution")
-            unjudgeable.append(flags[-1])
-    return Screen(tuple(flags), tuple(notes), tuple(unjudgeable), inapplicable)
-
-
-def _screen_distribution(ctx: PreparedProblem, protocol: VerifiedProtocol, trials: list[TrialData], sensitivity: bool,
-                         unjudgeable: list[str], inapplicable: dict[str, str], judged: list[str],
-                         passes: dict[str, list[str]]) -> None:
-    """Screen one distribution on its first trial (and its second's inputs), adding to the findings."""
-    first, dist = trials[0], trials[0].distribution
-    if (why := _nondeterministic(ctx, first, protocol)) is not None:
-        unjudgeable.append(why)
-    if (why := _judges_nothing(first)) is not None:
-        inapplicable[dist] = why
-        return
-    judged.append(dist)
-    for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
-        outputs = [make(b) for b in first.evaluation.baseline]
-        if all(o is not None for o in outputs) and _passes(outputs, first, protocol):
-            passes.setdefault(name, []).append(dist)
-        del outputs
-    if len(trials) > 1:
-        model = ctx.reference.build(first.weight_seed)
-        other = ctx.reference.baseline_outputs(model, trials[1].inputs)
-        if _same_shapes(other, first) and _passes(other, first, protocol):
-            passes.setdefault("the output at other inputs", []).append(dist)
-        del other
-        if sensitivity:
-            for k in _insensitive_inputs(ctx, model, first, trials[1], protocol):
-                passes.setdefault(f"the output without input {k}", []).append(dist)
+    return tally.result()
 
 
 def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: VerifiedProtocol) -> str | None:
@@ -172,11 +189,11 @@ def _judges_nothing(trial: TrialData) -> str | None:
     return f"the baseline's own error is {noise:.1e} of the output: what it computes is below its own rounding"
 
 
-def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, second: TrialData,
+def _insensitive_inputs(ctx: PreparedProblem, model: Any, first: TrialData, second: list[Any],
                         protocol: VerifiedProtocol) -> list[int]:
-    """The inputs whose swap for another draw's leaves the output passing."""
+    """The inputs whose swap for another draw's (`second`) leaves the output passing."""
     found = []
-    for k, (x, y) in enumerate(zip(first.inputs, second.inputs)):
+    for k, (x, y) in enumerate(zip(first.inputs, second)):
         if not isinstance(x, torch.Tensor) or torch.equal(x, y):
             continue
         swapped = list(first.inputs)
@@ -192,8 +209,10 @@ def _same_shapes(outputs: list[torch.Tensor], trial: TrialData) -> bool:
 
 
 def check_problem(ctx: PreparedProblem, protocol: VerifiedProtocol) -> SoundnessReport:
-    """The full screen of `kbv problems check` (with the per-input sensitivity test)."""
-    found = screen_trials(ctx, protocol, sensitivity=True)
+    """The full screen of `kbv problems check` (with the per-input sensitivity test): the screen its
+    preparation made (`prepare_trials(..., sensitivity=True)`), else made now."""
+    found = ctx.screen if ctx.screen is not None and ctx.screen_sensitive else screen_trials(ctx, protocol,
+                                                                                             sensitivity=True)
     variants = {d: (None if d in found.inapplicable else v) for d, v in ctx.calibration.variants.items()}
     notes = {**ctx.calibration.notes, **{d: "not applicable: " + why for d, why in found.inapplicable.items()}}
     return SoundnessReport(ctx.problem.key, variants, notes, found.flags, found.notes, found.unjudgeable,

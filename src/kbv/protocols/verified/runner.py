@@ -29,9 +29,12 @@ from kbv.clocks import warm_before_timing
 from kbv.compare import judge_outputs
 from kbv.detect.attribution import Attribution, attribute, missing_custom_work
 from kbv.detect.caches import replayed_timing
-from kbv.detect.soundness import screen_trials
 from kbv.detect.speed import impossible_speed
+from kbv.distributions import DISTRIBUTIONS
 from kbv.errors import UnsoundProblemError
+from kbv.footprint import Footprint, footprint_record, problem_footprint
+from kbv.ledger import bounded
+from kbv.memory_plan import VerifiedPlan, available_memory, plan_verified
 from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
@@ -113,18 +116,27 @@ class VerifiedRunner:
     # -- 1. prepare ------------------------------------------------------------------------------
     def prepare(self, pair: Pair) -> PreparedProblem | UnsoundProblem:
         """The problem prepared for its candidates, or an `UnsoundProblem` when none of them can be
-        judged (each then gets an `unsound_problem` verdict). Raises ProblemError."""
+        judged (each then gets an `unsound_problem` verdict). Its memory is planned first, from its
+        footprint (`kbv.memory_plan`); its reference calls are counted and bounded by
+        `--prepare-timeout` (`kbv.ledger`). Raises ProblemError (ProblemTooLarge, PreparationTimeout
+        among them)."""
         key = findings_key(pair.problem.hash, self.fingerprint(), self.secret,
                            device_fingerprint(self.settings.provenance))
         known = self.findings.get(key)
         with stage("prepare"):
+            t0 = time.monotonic()
             if known is not None and known.unsound is not None:  # kept without the path it was found at
                 reason = f"{pair.problem.origin}: {known.unsound}"
                 return UnsoundProblem(reason, flags=(reason,))
+            footprint = problem_footprint(pair.problem)
+            plan = self._plan(pair.problem, footprint)
+            ledger = bounded(pair.problem.origin, self.name, self.settings.prepare_limit_s)
             stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
             try:
                 prepared = prepare_trials(pair.problem, self.protocol, torch.device(self.settings.device), self.secret,
-                                          known.calibration() if known is not None else None)
+                                          known.calibration() if known is not None else None, plan=plan,
+                                          footprint=footprint, screen=known.screen() if known is not None else None,
+                                          ledger=ledger)
             except UnsoundProblemError as exc:
                 stack.close()
                 self.findings.put(key, Findings({}, {}, unsound=str(exc).removeprefix(f"{pair.problem.origin}: ")))
@@ -134,7 +146,8 @@ class VerifiedRunner:
                 raise
             prepared.stack.enter_context(stack)
             try:
-                found = known.screen() if known is not None else screen_trials(prepared, self.protocol)
+                found = prepared.screen
+                assert found is not None
                 if known is None:  # the calibration as made, before the screen's distributions leave it
                     self.findings.put(key, Findings.of(prepared.calibration, found))
                 drop_distributions(prepared, found.inapplicable)
@@ -145,13 +158,28 @@ class VerifiedRunner:
                     return UnsoundProblem(f"{pair.problem.origin}: {'; '.join(prepared.unjudgeable)}",
                                           prepared.flags, prepared.screen_notes, dict(prepared.calibration.variants),
                                           dict(prepared.calibration.notes))
-                prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
+                with ledger.doing("timing", step="timing pool and baselines"):
+                    prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
                 with stage("timing"):
                     self._measure_copy_bandwidth(prepared)
             except BaseException:
                 prepared.close()  # the baseline children and every tensor, now
                 raise
+            ledger.deadline = None  # bounds preparation only: a trial remade for a candidate is not preparation
+            prepared.preparation = {**ledger.summary(), "seconds": round(time.monotonic() - t0, 3),
+                                    "findings_kept": known is not None,
+                                    "memory": plan.describe() if plan is not None else "footprint unknown",
+                                    **({"footprint": footprint_record(footprint)} if footprint is not None else {})}
         return prepared
+
+    def _plan(self, problem: Any, footprint: Footprint | None) -> VerifiedPlan | None:
+        """How the problem's memory is held (None where its footprint is unknown); raises ProblemTooLarge."""
+        if footprint is None:
+            return None
+        device = torch.device(self.settings.device)
+        available = available_memory(device.type, device.index)
+        trials = len(DISTRIBUTIONS) * self.protocol.trials_per_distribution
+        return plan_verified(footprint, trials, available, self.timer.pool_budget_bytes, problem.origin)
 
     def release(self, prepared: PreparedProblem | UnsoundProblem) -> None:
         prepared.close()
@@ -180,8 +208,10 @@ class VerifiedRunner:
                        evidence={"calibration": prepared.calibration.variants,
                                  "calibration_notes": prepared.calibration.notes,
                                  "problem_notes": list(prepared.screen_notes),
+                                 "preparation": prepared.preparation,
                                  **({"time_unattributed": True} if self.time_unattributed else {})})
         records = Records()
+        calls = prepared.ledger.total
         if build.status is not None:
             records.build = build
         else:
@@ -189,6 +219,8 @@ class VerifiedRunner:
                 self._run(sb, prepared, pair, build, records, deadline_in(self.settings.timeout_s))
             except ChildFailure as failure:
                 records.failure = failure
+        # the reference's calls made for this candidate: trials the plan did not keep, timed outputs rechecked
+        base.evidence["reference_calls"] = prepared.ledger.total - calls
         return finish_verdict(base, t0, **judge(records, prepared, self.protocol, self.settings, self.copy_gbps,
                                                 base.evidence))
 

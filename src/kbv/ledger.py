@@ -1,0 +1,97 @@
+"""What preparing a problem costs, in reference calls: an account kept as the calls are made.
+
+Every forward of the reference that kbv itself makes (`kbv.reference.Reference`) is counted under
+the purpose it serves, the input distribution it ran on and the precision it ran in:
+
+    calibration   a variant of a distribution tried and refused (its outputs not finite, constant...);
+                  the accepted variant's call is the first trial's own baseline call
+    baseline      a trial's baseline output, under the protocol's policy (its error sets the tolerance)
+    truth         a trial's float64 output
+    tf32          the strict-fp32 and TF32-truncated outputs that decide a TF32 allowance (only where the
+                  forward runs an operator TF32 changes)
+    screen        the soundness screen's own calls: the reference once more on the same inputs
+                  (determinism), and at the next trial's inputs (an output that ignores its inputs)
+    state         what one call changes in the model's state (BatchNorm in training mode)
+    standard      the standard protocol's reference outputs on KernelBench's seeds
+
+The ledger also bounds preparation: past its deadline, the next call raises `PreparationTimeout`
+(a problem failure naming the step), and it tells the run's heartbeat which step it is in
+(`prepare: truth 6/10`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbv.errors import ProblemRunError
+from kbv.stages import note
+
+
+class PreparationTimeout(ProblemRunError):
+    """Preparing a problem ran past its bound (`--prepare-timeout`); the message names the step."""
+
+
+@dataclass
+class CallLedger:
+    """Reference calls by (purpose, distribution, precision); the step under way; the deadline."""
+
+    problem: str = "problem"
+    protocol: str = ""
+    deadline: float | None = None  # time.monotonic()
+    limit_s: float | None = None  # the bound the deadline came from, for the message
+    counts: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    purpose: str = "other"
+    distribution: str = "-"
+    step: str = ""  # what the heartbeat shows: "truth 6/10"
+
+    @contextlib.contextmanager
+    def doing(self, purpose: str, distribution: str = "-", step: str | None = None) -> Iterator[None]:
+        """Count the calls of the block under `purpose` and `distribution`; `step` names it."""
+        saved = (self.purpose, self.distribution, self.step)
+        self.purpose, self.distribution = purpose, distribution
+        if step is not None:
+            self.step = step
+            note(step)
+        try:
+            yield
+        finally:
+            self.purpose, self.distribution, self.step = saved
+            note(self.step)
+
+    def count(self, precision: str) -> None:
+        """One reference call in `precision`, made now; raises PreparationTimeout past the deadline."""
+        self.check()
+        self.counts[(self.purpose, self.distribution, precision)] += 1
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            where = f" in {self.step}" if self.step else ""
+            raise PreparationTimeout(f"{self.problem}: preparing it for the {self.protocol or 'verified'} protocol "
+                                     f"ran past its {self.limit_s or 0:.0f} s (--prepare-timeout){where}; "
+                                     f"{self.total} reference calls made")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> dict[str, Any]:
+        """{'calls': N, 'by_purpose': {...}, 'by_precision': {...}, 'by_distribution': {...}} (JSON-safe)."""
+        out: dict[str, Any] = {"calls": self.total}
+        for name, index in (("by_purpose", 0), ("by_distribution", 1), ("by_precision", 2)):
+            tally: Counter[str] = Counter()
+            for key, n in self.counts.items():
+                if n > 0:
+                    tally[key[index]] += n
+            out[name] = dict(sorted(tally.items()))
+        return out
+
+
+def bounded(problem: str, protocol: str, limit_s: float | None) -> CallLedger:
+    """A ledger whose calls raise PreparationTimeout once `limit_s` seconds from now have passed."""
+    deadline = time.monotonic() + limit_s if limit_s else None
+    return CallLedger(problem=problem, protocol=protocol, deadline=deadline, limit_s=limit_s)

@@ -1,0 +1,212 @@
+"""Memory that fits, decided before it is spent.
+
+Before a protocol prepares a problem, the problem's footprint (`kbv.footprint`: shapes traced on the
+meta device) says what its preparation and its candidates will hold, kbv's own copies included: the
+float64 truth of every hidden trial, the trials' inputs and weights, the timing pool, the baseline
+outputs, the standard protocol's five trials, and what the children hold beside the parent (a
+candidate's and a baseline's copies of the inputs, their weights, their forwards' peaks). Where
+everything fits, everything is held, as for small problems. Where it does not, the plan holds less:
+the trials' truth alone (their inputs and weights remade from their seeds when needed: a draw and a
+build, no reference call), on the device or, on a GPU, in the host's memory; then fewer of them, the
+rest remade for each candidate; the pool at its minimum of two sets. Where even the least does not
+fit, the problem is refused before anything is allocated, with the figures (`ProblemTooLarge`: a
+stored problem failure, tried again when the run resumes).
+
+Memory is what the operating system and the device say is available when the problem is prepared,
+less a margin (`FIT_SHARE`): other processes on the machine keep theirs.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from kbv.errors import ProblemRunError
+from kbv.footprint import Footprint, format_bytes
+
+FIT_SHARE = 0.8  # of the memory available that one problem's plan may take
+MIN_POOL_SETS = 2  # the timing pool never shares inputs between consecutive calls
+# the comparison's temporaries: float64 chunks of `kbv.compare.CHUNK` elements, a few at a time
+JUDGE_BYTES = 8 * 8 * (1 << 22)
+
+
+class ProblemTooLarge(ProblemRunError):
+    """A problem whose least plan needs more memory than is available (the message gives the figures)."""
+
+
+class Hold(str, enum.Enum):
+    """What a hidden trial keeps between candidates."""
+
+    ALL = "all"  # inputs, weights, truth and baseline outputs
+    TRUTH = "truth"  # the float64 truth (and the baseline's errors); inputs and weights remade from seeds
+    NONE = "none"  # nothing: remade, reference calls and all, for each candidate
+
+
+@dataclass(frozen=True)
+class Available:
+    """Bytes free now: on the device (None on a CPU, whose device is the host) and on the host."""
+
+    device_bytes: int | None
+    host_bytes: int
+
+    def describe(self) -> str:
+        host = f"{format_bytes(self.host_bytes)} of host memory"
+        return host if self.device_bytes is None else f"{format_bytes(self.device_bytes)} of device memory, {host}"
+
+
+def available_memory(device_type: str, device_index: int | None = None) -> Available:
+    """What the device and the host have free now."""
+    host = host_available_bytes()
+    if device_type != "cuda":
+        return Available(None, host)
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device_index if device_index is not None else torch.cuda.current_device())
+    return Available(int(free), host)
+
+
+def host_available_bytes() -> int:
+    """MemAvailable (what the kernel can give without swapping), or a huge figure where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) if hasattr(os, "sysconf") else 1 << 50
+
+
+@dataclass(frozen=True)
+class Need:
+    """Bytes a plan holds at its peak, on the device (0 on a CPU: everything counts as host) and the host."""
+
+    device: int
+    host: int
+
+    def fits(self, available: Available) -> bool:
+        if available.device_bytes is not None and self.device > FIT_SHARE * available.device_bytes:
+            return False
+        return self.host <= FIT_SHARE * available.host_bytes
+
+    def describe(self, available: Available) -> str:
+        """'needs about 37 GiB of host memory, 22 GiB available' (the side that does not fit)."""
+        if available.device_bytes is not None and self.device > FIT_SHARE * available.device_bytes:
+            return (f"needs about {format_bytes(self.device)} of device memory, "
+                    f"{format_bytes(available.device_bytes)} available")
+        return f"needs about {format_bytes(self.host)} of host memory, {format_bytes(available.host_bytes)} available"
+
+
+@dataclass(frozen=True)
+class VerifiedPlan:
+    """How the verified protocol holds one problem: `held` trials keep `hold` (the rest keep nothing),
+    their truth on `truth_home` ("device" or "host"); the timing pool takes at most `pool_budget_bytes`."""
+
+    hold: Hold
+    held: int
+    truth_home: str
+    pool_budget_bytes: int
+    need: Need
+
+    def describe(self) -> str:
+        if self.hold is Hold.ALL:
+            return "every trial held"
+        where = "" if self.truth_home == "device" else " in host memory"
+        return (f"{self.held} trials' truth held{where}, inputs and weights remade from their seeds"
+                if self.hold is Hold.TRUTH else "trials remade for each candidate")
+
+
+@dataclass(frozen=True)
+class StandardPlan:
+    """How the standard protocol holds one problem: `held` of its trials kept between candidates (the
+    rest remade by the reference for each), on `home` ("device" or "host")."""
+
+    held: int
+    home: str
+    need: Need
+
+
+def _split(device: int, host: int, on_cuda: bool) -> Need:
+    """On a CPU the device is the host: everything counts there."""
+    return Need(device, host) if on_cuda else Need(0, device + host)
+
+
+def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_sets: int, on_cuda: bool) -> Need:
+    """What the verified protocol holds at its peak for a problem of footprint `fp`, `held` of its
+    hidden trials keeping `hold`, with a timing pool of `pool_sets` input sets. The peak of three phases:
+
+    - making a trial (preparation; remade ones for each candidate): the model and inputs in fp32 and
+      in float64 with the float64 forward's peak; then the truth beside the baseline's forward; the
+      weights cloned for the candidate;
+    - judging a candidate: in the parent one trial's inputs, weights and truth, the two runs' outputs
+      taken back and the comparison's chunks; the candidate's child with the trial's inputs, the
+      weights, a forward's peak and its outputs; the baseline's child with the pool and the weights;
+    - timing: the pool in the parent and in both children, each child's forward, and in the parent
+      one pool entry's truth for the rechecks.
+    The held trials count throughout, on the host where `truth_home` is "host" (a GPU)."""
+    per_trial = {Hold.ALL: fp.input_bytes + fp.weight_bytes + fp.truth_bytes + fp.output_bytes,
+                 Hold.TRUTH: fp.truth_bytes, Hold.NONE: 0}[hold]
+    kept = held * per_trial
+    pool = pool_sets * fp.input_bytes
+    making = fp.weight_bytes + max(fp.truth_call_bytes, fp.input_bytes + fp.weight_bytes + fp.truth_bytes
+                                   + fp.forward_bytes)
+    judging = (fp.input_bytes + fp.weight_bytes + fp.truth_bytes + 2 * fp.output_bytes + JUDGE_BYTES
+               + fp.call_bytes + fp.output_bytes  # the candidate's child
+               + pool + fp.weight_bytes)  # the baseline's child
+    timing = fp.truth_bytes + fp.output_bytes + JUDGE_BYTES + 2 * (pool + fp.call_bytes)
+    device = pool + max(making, judging, timing)
+    if truth_home == "host" and on_cuda:
+        return Need(device, kept)
+    return _split(device + kept, 0, on_cuda)
+
+
+def plan_verified(fp: Footprint, trials: int, available: Available, pool_budget_bytes: int,
+                  problem: str) -> VerifiedPlan:
+    """The most the verified protocol can hold of a problem within `available`: every trial; else
+    every trial's truth on the device; else (a GPU) in host memory; else fewer trials' truth; else
+    none. The pool shrinks to its minimum first. Raises ProblemTooLarge when nothing fits."""
+    on_cuda = available.device_bytes is not None
+    full_pool = max(MIN_POOL_SETS, min(16, pool_budget_bytes // max(fp.input_bytes, 1)))
+    homes = ("device", "host") if on_cuda else ("device",)
+    tries: list[tuple[Hold, int, str, int]] = [(Hold.ALL, trials, "device", full_pool),
+                                               (Hold.ALL, trials, "device", MIN_POOL_SETS)]
+    tries += [(Hold.TRUTH, trials, home, MIN_POOL_SETS) for home in homes]
+    tries += [(Hold.TRUTH, k, homes[-1], MIN_POOL_SETS) for k in range(trials - 1, 0, -1)]
+    tries.append((Hold.NONE, 0, "device", MIN_POOL_SETS))
+    for hold, held, home, pool_sets in tries:
+        need = verified_need(fp, hold, held, home, pool_sets, on_cuda)
+        if need.fits(available):
+            return VerifiedPlan(hold, held, home, pool_sets * max(fp.input_bytes, 1), need)
+    raise ProblemTooLarge(f"{problem}: too large for this machine under the verified protocol: it "
+                          f"{need.describe(available)} with one hidden trial of {format_bytes(fp.input_bytes)} "
+                          f"of inputs and {format_bytes(fp.truth_bytes)} of float64 truth made at a time")
+
+
+def standard_need(fp: Footprint, held: int, home: str, on_cuda: bool) -> Need:
+    """What the standard protocol holds at its peak: the parent's model, its held trials (inputs and
+    reference outputs), the timing inputs, and either a reference forward's peak (a trial made) or a
+    trial's reference, the output taken back and the comparison's chunks; the candidate's child and
+    the baseline's each the model, one trial's inputs and a forward's peak."""
+    kept = held * (fp.input_bytes + fp.output_bytes)
+    parent = fp.weight_bytes + 2 * fp.input_bytes + max(fp.forward_bytes, 2 * fp.output_bytes + JUDGE_BYTES)
+    device = parent + 2 * fp.call_bytes
+    if home == "host" and on_cuda:
+        return Need(device, kept)
+    return _split(device + kept, 0, on_cuda)
+
+
+def plan_standard(fp: Footprint, trials: int, available: Available, problem: str) -> StandardPlan:
+    """Every trial held on the device; else (a GPU) in host memory; else fewer; else one at a time,
+    remade by the reference for each candidate (as KernelBench itself runs its trials). Raises
+    ProblemTooLarge when even that does not fit."""
+    on_cuda = available.device_bytes is not None
+    homes = ("device", "host") if on_cuda else ("device",)
+    tries = [(trials, home) for home in homes] + [(k, homes[-1]) for k in range(trials - 1, -1, -1)]
+    for held, home in tries:
+        need = standard_need(fp, held, home, on_cuda)
+        if need.fits(available):
+            return StandardPlan(held, home, need)
+    raise ProblemTooLarge(f"{problem}: too large for this machine under the standard protocol: it "
+                          f"{need.describe(available)} with one trial of {format_bytes(fp.input_bytes)} of inputs "
+                          f"and {format_bytes(fp.output_bytes)} of outputs at a time")
