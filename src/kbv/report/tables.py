@@ -135,16 +135,17 @@ class VerdictTable:
         return table
 
     def _why(self, by_protocol: dict[str, Verdict]) -> str:
-        notes = []
+        """`standard: why; verified: why`, a reason that several protocols give said once
+        (`standard, verified: a cuda candidate cannot run on cpu (no CUDA device)`)."""
+        notes: dict[str, list[str]] = {}  # note -> the protocols that give it, in order
         for p in self.protocols:
             v = by_protocol.get(p)
             if v is None:
                 continue
-            if not v.status.passed:
-                notes.append(f"{p}: {categories_and_message(v.categories, v.message)}")
-            elif _caveats(v):
-                notes.append(f"{p}: {_caveats(v)}")
-        return "; ".join(notes)
+            note = categories_and_message(v.categories, v.message) if not v.status.passed else _caveats(v)
+            if note:
+                notes.setdefault(note, []).append(p)
+        return "; ".join(f"{', '.join(protocols)}: {note}" for note, protocols in notes.items())
 
 
 def _speedup(v: Verdict) -> str:
