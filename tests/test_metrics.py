@@ -11,13 +11,16 @@ import pytest
 
 from kbv.metrics import (
     FAST_P,
+    Rejections,
     compute_metrics,
+    evaluated_pairs,
     geometric_mean,
     metrics_by_group,
     pass_at_k,
     pass_at_k_by_model,
     peak_ratios,
     raises_peak_memory,
+    standard_passes_verified_rejects,
 )
 from kbv.verdict import MemoryStats, Status, Verdict
 
@@ -40,6 +43,23 @@ def test_fast_p_is_over_all_counted_pairs_with_a_strict_threshold() -> None:
     assert m.pairs == 10 and m.passed == 5
     assert m.fast_p == {"fast_0": 0.5, "fast_0.5": 0.4, "fast_0.8": 0.3, "fast_1": 0.2, "fast_1.5": 0.2, "fast_2": 0.1}
     assert list(m.fast_p) == [f"fast_{p:g}" for p in FAST_P]
+
+
+def test_pairs_passing_standard_and_failing_verified_by_status() -> None:
+    def pair(sample: int, standard: Status, verified: Status | None) -> list[Verdict]:
+        both = [_verdict(standard, 2.0 if standard.passed else None, sample=sample)]
+        return both + ([_verdict(verified, protocol="verified", sample=sample)] if verified else [])
+
+    verdicts = (pair(0, Status.CORRECT, Status.VERIFIED) + pair(1, Status.CORRECT, Status.HACK)
+                + pair(2, Status.CORRECT, Status.INCORRECT) + pair(3, Status.CORRECT, Status.HACK)
+                + pair(4, Status.INCORRECT, Status.INCORRECT)  # rejected by both: not verified's doing
+                + pair(5, Status.SKIPPED, Status.SKIPPED)  # not evaluated: in no count
+                + pair(6, Status.CORRECT, None))  # standard only: nothing to compare with
+    rejections = standard_passes_verified_rejects(verdicts)
+    assert rejections == Rejections(pairs=5, rejected=3, by_status={"hack": 2, "incorrect": 1})
+    assert rejections.describe() == "Standard passes, verified rejects: 3 of 5 pairs (hack 2, incorrect 1)"
+    assert evaluated_pairs(verdicts) == 6 == compute_metrics([v for v in verdicts if v.protocol == "standard"]).pairs
+    assert standard_passes_verified_rejects(pair(7, Status.CORRECT, None)) is None
 
 
 def test_compile_and_correct_rates() -> None:

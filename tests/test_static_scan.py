@@ -4,7 +4,9 @@ comments neither hide nor fake a match. The `kbv scan` command through a throwaw
 from __future__ import annotations
 
 import json
+import re
 import textwrap
+from pathlib import Path
 
 import pytest
 import typer
@@ -457,6 +459,33 @@ def test_every_rule_has_a_firing_case():
     assert {r for r, _ in FIRES} | {"KBV-S001"} == set(RULES)
 
 
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_rules() -> list[tuple[str, str, str, str]]:
+    """(id, severity, category, what it flags) of each row of the README's rule table."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("<!-- scan-rules", 1)[1].split("<!-- /scan-rules -->", 1)[0]
+    return re.findall(r"^\| (KBV-S\d{3}) \| (\w+) \| `(\w+)` \| (.*) \|$", block, re.M)
+
+
+def test_the_readme_documents_exactly_the_rule_table():
+    expected = [(r.id, r.severity, r.category.value, r.summary + " (fp32 problems only)" * r.fp32_only)
+                for r in RULES.values()]
+    assert readme_rules() == expected
+
+
+def test_every_rule_the_readme_names_is_in_the_table_with_its_category():
+    table = {rule: category for rule, _, category, _ in readme_rules()}
+    named = set(re.findall(r"KBV-S\d{3}", README.read_text(encoding="utf-8")))
+    assert named - set(table) == set() and set(table) <= set(RULES)
+    assert all(RULES[rule].category.value == category for rule, category in table.items())
+    # the fast path the README's prose shows is the rule the scan reports for it
+    assert "KBV-S507 where the branch returns (`if x.min() >= 0: return x`)" in " ".join(README.read_text().split())
+    assert rules("class ModelNew:\n    def forward(self, x):\n        if x.min() >= 0:\n            return x\n"
+                 "        return ext.relu(x)\n") & {"KBV-S507", "KBV-S511"} == {"KBV-S507"}
+
+
 def test_rules_are_well_formed():
     for rule in RULES.values():
         assert rule.severity in ("info", "warning", "error")
@@ -555,6 +584,77 @@ def test_precision_rules_are_silent_in_fp16_problems():
 
 def test_global_flags_fire_in_every_problem():
     assert "KBV-S604" in rules("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", fp32=False)
+
+
+# ---- a fast path chosen through a local name ------------------------------------------------------
+
+def fast_paths(forward_body: str) -> list[tuple[str, int]]:
+    """(rule, line) of the fast-path findings of a ModelNew whose forward(self, x) is `forward_body`
+    (line 1 is `import torch`, the body starts on line 4)."""
+    code = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+    code += textwrap.indent(textwrap.dedent(forward_body), " " * 8)
+    return [(f.rule, f.line) for f in scan_source(code) if f.rule in ("KBV-S507", "KBV-S511")]
+
+
+FOLLOWED = [
+    # a statistic held in a name, then an early return on it
+    ("flag = bool(x.min() >= 0)\nif flag:\n    return x\nreturn ext.relu(x)\n", [("KBV-S507", 5)]),
+    ("nonneg = (x >= 0).all()\nif nonneg:\n    return x\nreturn ext.relu(x)\n", [("KBV-S507", 5)]),
+    ("ok = x.min().item() >= 0\nif not ok:\n    return ext.relu(x)\nreturn x\n", [("KBV-S507", 5)]),
+    ("lo, hi = x.min(), x.max()\nsafe = hi - lo < 1e3\nif safe and x.is_contiguous():\n    return ext.fast(x)\n"
+     "return ext.full(x)\n", [("KBV-S507", 6)]),
+    ("y = x.contiguous()\nm = float(y.abs().max())\nif m == 0:\n    return y\nreturn ext.f(y)\n", [("KBV-S507", 6)]),
+    ("ok = x.min().item() >= 0\nif ok:\n    out = x.clone()\nelse:\n    return ext.relu(x)\nreturn out\n",
+     [("KBV-S507", 5)]),
+    # ... or another computation chosen by it
+    ("nonneg = (x >= 0).all()\ny = ext.copy(x) if nonneg else ext.relu(x)\nreturn y\n", [("KBV-S511", 5)]),
+    ("flag = bool(x.min() >= 0)\nif flag:\n    y = ext.copy(x)\nelse:\n    y = ext.relu(x)\nreturn y\n",
+     [("KBV-S511", 5)]),
+    ("s = x.abs().sum()\nwhile s > 1:\n    x = ext.halve(x)\n    s = x.abs().sum()\nreturn x\n", [("KBV-S511", 5)]),
+    ("key = hash(x.numpy().tobytes())\nif key in self.seen:\n    return self.seen[key]\nreturn ext.f(x)\n",
+     [("KBV-S507", 5)]),
+]
+
+
+@pytest.mark.parametrize("body,expected", FOLLOWED, ids=[f"followed-{i}" for i in range(len(FOLLOWED))])
+def test_a_statistic_held_in_a_name_is_followed_into_the_branch(body, expected):
+    assert fast_paths(body) == expected
+
+
+NOT_FAST_PATHS = [
+    # shapes, dtypes, devices, identity: known without reading the data
+    "if x.dim() == 4:\n    return ext.f4(x)\nreturn ext.f(x)\n",
+    "n = x.numel()\nif n == 0:\n    return x\nreturn ext.f(x)\n",
+    "if x.dtype != torch.float32:\n    return ext.f(x.float())\nreturn ext.f(x)\n",
+    "d = x.device\nif d.type == 'cuda' and x.is_cuda:\n    return ext.f(x)\nreturn x.relu()\n",
+    # a statistic used only in arithmetic, or only described
+    "scale = x.abs().max()\ny = ext.quant(x / scale)\nif y.dim() == 4:\n    return y\nreturn y.view(-1)\n",
+    "s = x.sum()\nout = ext.f(x, s)\nif out is None:\n    return x\nreturn out\n",
+    "m = x.amax(dim=1)\nif m.dim() == 1 and not m.is_contiguous():\n    m = m.contiguous()\nreturn ext.f(x, m)\n",
+    "mean = x.mean(dim=-1, keepdim=True)\nvar = ((x - mean) ** 2).mean(dim=-1, keepdim=True)\n"
+    "return ext.norm(x, mean, var)\n",
+    "x = x.mean(dim=1)\nif x.is_contiguous():\n    return ext.f(x)\nreturn ext.f(x.contiguous())\n",
+]
+
+
+@pytest.mark.parametrize("body", NOT_FAST_PATHS, ids=[f"quiet-{i}" for i in range(len(NOT_FAST_PATHS))])
+def test_shape_dtype_checks_and_statistics_in_arithmetic_are_not_fast_paths(body):
+    assert fast_paths(body) == []
+
+
+def test_torch_helpers_that_launch_no_kernel_are_not_torch_compute():
+    """dtype promotion, shapes, devices and allocation compute nothing: not KBV-S707; real ops still are."""
+    helpers = ["torch.result_type(x, 1.0)", "torch.promote_types(x.dtype, torch.float32)",
+               "torch.can_cast(x.dtype, torch.float16)", "torch.is_tensor(x)", "torch.is_floating_point(x)",
+               "torch.numel(x)", "torch.get_default_dtype()", "torch.finfo(x.dtype).eps", "torch.iinfo(torch.int32).max",
+               "torch.Size([2, 3])", "torch.device('cpu')", "torch.broadcast_shapes(x.shape, (1,))",
+               "torch.empty_like(x)", "torch.zeros(3)", "torch.empty_permuted((2, 3), (1, 0))"]
+    code = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
+    code += "".join(f"        v{i} = {h}\n" for i, h in enumerate(helpers)) + "        return ext.f(x)\n"
+    assert [f.message for f in scan(code) if f.rule == "KBV-S707"] == []
+    assert "KBV-S707" in rules(code.replace("return ext.f(x)", "return torch.relu(x)"))
+    assert "KBV-S705" not in rules("import torch\ndef f(x):\n    try:\n        return ext.f(x)\n"
+                                   "    except RuntimeError:\n        return torch.empty_like(x).fill_(torch.finfo(x.dtype).max)\n")
 
 
 # ---- strings and comments neither hide nor fake a match --------------------------------------------

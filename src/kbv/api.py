@@ -31,7 +31,7 @@ from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.gate import DeviceGate, synchronizer
 from kbv.placement import Bystanders, CorePlan, Quiet, current_plan, off_lanes, parse_isolation
-from kbv.problems import Problem, load_problems, out_of_memory
+from kbv.problems import Problem, key_order, load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.sandbox.isolation import SandboxMode, check_strict
 from kbv.sandbox.isolation import resolve as resolve_isolation
@@ -40,6 +40,7 @@ from kbv.store import Store, open_store, pair_key
 from kbv.verdict import ProblemFailure, Verdict
 
 PROTOCOL_CHOICES = ("standard", "verified", "both")
+PROTOCOL_ORDER = ("standard", "verified")  # "both" runs them in this order, and reports list them so
 EXECUTOR_CHOICES = ("local", "ray")
 MAX_PAIRS_PER_DEVICE = 8
 
@@ -130,7 +131,7 @@ class RunStats:
 @dataclass(frozen=True)
 class RunResult:
     run_dir: Path
-    verdicts: tuple[Verdict, ...]  # this invocation's pairs, evaluated now or resumed
+    verdicts: tuple[Verdict, ...]  # this invocation's pairs, evaluated now or resumed, in report_order
     evaluated: int
     resumed: int
     unpaired: tuple[Unpaired, ...]
@@ -196,7 +197,7 @@ def evaluate(config: EvalConfig, progress: ProgressFn | None = None, executor: E
         except BaseException:  # an interrupt: stop at once; every verdict stored so far stays stored
             session.executor.abort()
             raise
-        verdicts = tuple(session.store.verdicts_of(keys))  # in problem order, however they completed
+        verdicts = tuple(sorted(session.store.verdicts_of(keys), key=report_order))  # however they completed
     return RunResult(session.settings.run_dir, verdicts, evaluated, len(resumed), pairing.unpaired,
                      tuple(failures.values()), stats)
 
@@ -282,11 +283,24 @@ def warm_builds(config: EvalConfig, candidates: Sequence[Candidate] | None = Non
 
 
 def load_report(run_dir: str | Path) -> Report:
-    """Every verdict of a run with its metrics. Raises StoreError when there is no run."""
+    """Every verdict of a run with its metrics, in `report_order` (whatever the order they were
+    stored in), and its standing problem failures in problem order. Raises StoreError when there is
+    no run."""
     with open_store(Path(run_dir), create=False) as store:
-        verdicts = _latest(store.verdicts())
-        failures = tuple(store.problem_failures())
+        verdicts = tuple(sorted(_latest(store.verdicts()), key=report_order))
+        failures = tuple(sorted(store.problem_failures(), key=lambda f: (key_order(f.problem), _rank(f.protocol))))
     return Report(Path(run_dir), verdicts, metrics_by_group(verdicts), pass_at_k_by_model(verdicts), failures)
+
+
+def report_order(v: Verdict) -> tuple[Any, ...]:
+    """The order every report lists verdicts in: the problems' order (level, problem id, name), then
+    candidate, model and sample, then protocol (standard before verified)."""
+    return (key_order(v.problem), v.candidate, v.model or "", -1 if v.sample is None else v.sample,
+            _rank(v.protocol))
+
+
+def _rank(protocol: str) -> tuple[int, str]:
+    return (PROTOCOL_ORDER.index(protocol) if protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER), protocol)
 
 
 def _latest(verdicts: list[Verdict]) -> tuple[Verdict, ...]:
@@ -303,7 +317,7 @@ def _latest(verdicts: list[Verdict]) -> tuple[Verdict, ...]:
 def _protocols(choice: str) -> tuple[str, ...]:
     if choice not in PROTOCOL_CHOICES:
         raise UsageError(f"Unknown protocol '{choice}': expected standard, verified or both.")
-    return ("standard", "verified") if choice == "both" else (choice,)
+    return PROTOCOL_ORDER if choice == "both" else (choice,)
 
 
 def check_config(config: EvalConfig) -> None:
@@ -554,7 +568,7 @@ def _jobs(pairs: tuple[Pair, ...], protocols: tuple[str, ...],
     """The jobs to run, the keys already stored (resumed), and every key in problem order."""
     done = session.store.keys()
     jobs, resumed, keys = [], [], []
-    order = sorted(pairs, key=lambda p: (p.problem.level or 0, p.problem.problem_id or 0, p.problem.name))
+    order = sorted(pairs, key=lambda p: p.problem.order)
     for pair in order:
         for protocol in protocols:
             job = session.job(pair, protocol)

@@ -41,11 +41,16 @@ class Backend(str, enum.Enum):
     TORCH = "torch"  # plain PyTorch
 
     def runs_on(self, device_type: str) -> bool:
-        if self is Backend.CUDA:
-            return device_type == "cuda"
-        if self is Backend.CPP:
-            return device_type == "cpu"
-        return True
+        return self.cannot_run_because(device_type) is None
+
+    def cannot_run_because(self, device_type: str) -> str | None:
+        """Why a candidate of this backend cannot run on a device of `device_type`, in a few words
+        ("no CUDA device"); None where it can."""
+        if self is Backend.CUDA and device_type != "cuda":
+            return "no CUDA device"
+        if self is Backend.CPP and device_type != "cpu":
+            return "a C++ extension without CUDA runs on the CPU only"
+        return None
 
 
 @dataclass(frozen=True)

@@ -234,16 +234,20 @@ def _render_run(result: Any, output: str) -> None:
         return
     out.print(verdict_table(result.verdicts))
     out.print(metrics_table(metrics))
-    _print_hacks(metrics)
+    _print_hacks(metrics, result.verdicts)
     out.print(f"run: {result.run_dir}  (evaluated {result.evaluated}, resumed {result.resumed}, "
               f"unpaired {len(result.unpaired)})", highlight=False)
     if result.stats is not None and result.stats.pairs:
         out.print(result.stats.describe(), highlight=False)
 
 
-def _print_hacks(metrics: Any) -> None:
-    from kbv.report import hacks_table
+def _print_hacks(metrics: Any, verdicts: Any) -> None:
+    """What verified took back (the pairs standard passes and verified rejects), then hacks by category."""
+    from kbv.report import hacks_table, rejections_line
 
+    line = rejections_line(verdicts)
+    if line is not None:
+        out.print(line, highlight=False)
     table = hacks_table(metrics)
     if table is not None:
         out.print(table)
@@ -298,7 +302,7 @@ def _render_report(loaded: Any, output: str, by: str) -> None:
         metrics = loaded.metrics()
         out.print(verdict_table(loaded.verdicts))
         out.print(metrics_table(metrics))
-        _print_hacks(metrics)
+        _print_hacks(metrics, loaded.verdicts)
         failures = problem_failures_table(loaded.problem_failures())
         if failures is not None:
             out.print(failures)

@@ -7,7 +7,12 @@
   excluded, as in KernelBench; the count it averages over is reported beside it);
 - pass@k per problem with the unbiased estimator, where a problem has several samples;
 - the share of passed pairs that raise peak memory: by the allocator's peak or the device-level one,
-  whichever ratio to the baseline's is larger (`peak_ratios` gives both to reports).
+  whichever ratio to the baseline's is larger (`peak_ratios` gives both to reports);
+- the pairs that pass the standard protocol and fail the verified one, by verified status.
+
+A pair is one (problem, candidate, model, sample); it is evaluated under a protocol unless skipped
+there (a backend the device cannot run). Every count of pairs (`Metrics.pairs`, the leaderboard's,
+`Rejections.pairs`) counts evaluated pairs only, as KernelBench's fast_p counts every evaluated pair.
 """
 
 from __future__ import annotations
@@ -58,6 +63,53 @@ def compute_metrics(verdicts: Sequence[Verdict]) -> Metrics:
         hacks=dict(Counter(c.value for v in verdicts for c in v.categories if KIND[c] is Kind.HACK)),
         memory_raising_share=_memory_raising_share(passed),
     )
+
+
+@dataclass(frozen=True)
+class Rejections:
+    """Pairs evaluated under both protocols that pass the standard one and fail the verified one."""
+
+    pairs: int  # pairs evaluated (not skipped) under both protocols
+    rejected: int
+    by_status: dict[str, int]  # the verified status of each rejected pair -> pairs, most first
+
+    def describe(self) -> str:
+        """`Standard passes, verified rejects: 4 of 8 pairs (hack 1, incorrect 1, ...)`."""
+        return f"Standard passes, verified rejects: {self.brief()}"
+
+    def brief(self) -> str:
+        """`4 of 8 pairs (hack 1, incorrect 1, ...)`: how many, of how many, and the verified statuses."""
+        statuses = ", ".join(f"{status} {n}" for status, n in self.by_status.items())
+        return f"{self.rejected} of {self.pairs} pair{'s' * (self.pairs != 1)}" + (f" ({statuses})" if statuses else "")
+
+
+PairKey = tuple[str, str, str, str | None, int | None]  # problem, candidate, its hash, model, sample
+
+
+def pair_key(v: Verdict) -> PairKey:
+    """The pair a verdict judges, whatever the protocol."""
+    return (v.problem, v.candidate, v.candidate_hash, v.model, v.sample)
+
+
+def evaluated_pairs(verdicts: Iterable[Verdict]) -> int:
+    """Pairs with a verdict that is not skipped, under any protocol."""
+    return len({pair_key(v) for v in verdicts if v.status.counted})
+
+
+def standard_passes_verified_rejects(verdicts: Iterable[Verdict]) -> Rejections | None:
+    """Of the pairs evaluated under both protocols, those correct under standard and not verified,
+    counted by their verified status; None where no pair was evaluated under both."""
+    by_pair: dict[PairKey, dict[str, Verdict]] = defaultdict(dict)
+    for v in verdicts:
+        if v.status.counted:
+            by_pair[pair_key(v)][v.protocol] = v
+    both = [p for p in by_pair.values() if "standard" in p and "verified" in p]
+    if not both:
+        return None
+    rejected = [p["verified"].status.value for p in both
+                if p["standard"].status.passed and not p["verified"].status.passed]
+    counts = sorted(Counter(rejected).items(), key=lambda kv: (-kv[1], kv[0]))
+    return Rejections(pairs=len(both), rejected=len(rejected), by_status=dict(counts))
 
 
 def metrics_by_group(verdicts: Sequence[Verdict]) -> dict[str, dict[str, Metrics]]:

@@ -48,6 +48,31 @@ class Problem:
         """Display and pairing key: 'L1/19_ReLU' (or the bare name without a level)."""
         return f"L{self.level}/{self.name}" if self.level is not None else self.name
 
+    @property
+    def order(self) -> tuple[int, int, str]:
+        """Where the problem is listed (`problem_order`)."""
+        return problem_order(self.level, self.name, self.problem_id)
+
+
+_NO_ID = 1 << 30  # problems without an id are listed after those with one
+
+
+def problem_order(level: int | None, name: str, problem_id: int | None = None) -> tuple[int, int, str]:
+    """The order problems are listed in, everywhere (loading, evaluation, reports): by level, then
+    KernelBench's problem id (by default the name's leading number), then name."""
+    if problem_id is None:
+        match = _FILE_RE.match(name)
+        problem_id = int(match.group(1)) if match else None
+    return (level or 0, problem_id if problem_id is not None else _NO_ID, name)
+
+
+def key_order(key: str) -> tuple[int, int, str]:
+    """`problem_order` of a problem key: 'L1/19_ReLU', or a bare name."""
+    level, _, name = key.partition("/")
+    if name and level[:1] == "L" and level[1:].isdigit():
+        return problem_order(int(level[1:]), name)
+    return problem_order(None, key)
+
 
 def content_hash(code: str) -> str:
     """A stable hash of source text (line endings and trailing white space do not count)."""
@@ -86,7 +111,7 @@ def load_suite(name: str) -> list[Problem]:
 
     problems = [make_problem(s.stem, s.code, origin=s.origin, level=s.level, suite=name)
                 for s in suite.suite_sources(name)]
-    return sorted(problems, key=lambda p: (p.level, p.problem_id or 0, p.name))
+    return sorted(problems, key=lambda p: p.order)
 
 
 def load_problem_file(path: Path, level: int | None = None) -> Problem:
@@ -167,7 +192,7 @@ def _load_dir(root: Path) -> list[Problem]:
     if errors:
         raise errors[0]
     _check_unique(problems)
-    return sorted(problems, key=_sort_key)
+    return sorted(problems, key=lambda p: p.order)
 
 
 def level_dirs(root: Path, depth: int = LEVEL_SEARCH_DEPTH) -> list[Path]:
@@ -226,11 +251,7 @@ def _load_parquet(path: Path) -> list[Problem]:
         pid = int(rec["problem_id"]) if rec.get("problem_id") is not None else None
         problems.append(make_problem(name, rec["code"], origin=f"parquet:{path}#{row}", level=level, problem_id=pid))
     _check_unique(problems)
-    return sorted(problems, key=_sort_key)
-
-
-def _sort_key(p: Problem) -> tuple[int, int, str]:
-    return (p.level or 0, p.problem_id if p.problem_id is not None else 1 << 30, p.name)
+    return sorted(problems, key=lambda p: p.order)
 
 
 def _check_unique(problems: Sequence[Problem]) -> None:

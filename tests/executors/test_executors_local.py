@@ -1,16 +1,17 @@
 """One local lane (`kbv.executors.local`): the prepared problems it holds while builds finish out of
 order (each prepared once while held, the least recently used released first, a second let go when
-the device runs out of memory), and what it says it is doing."""
+the device runs out of memory), what it says it is doing, and a candidate its device cannot run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from kbv.candidates import Candidate, Pair
-from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor
+from kbv.candidates import Backend, Candidate, Pair
+from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor, skip_unrunnable
 from kbv.problems import Problem
 from kbv.settings import Settings
+from kbv.verdict import Status, Verdict
 
 
 class CountingRunner:
@@ -93,3 +94,33 @@ def test_a_gpu_short_of_free_memory_keeps_only_the_problem_in_hand(tmp_path: Pat
     lane._context(runner, _pair("2_B"))
     assert runner.live == {"2_B"} and runner.released == ["1_A"]
     lane.close()
+
+
+# -- a backend the device cannot run ------------------------------------------------------------
+
+CUDA_HOME_ERROR = ("OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root. "
+                   "(during import)")
+
+
+def _failed(status: Status = Status.COMPILE_ERROR, protocol: str = "standard") -> Verdict:
+    return Verdict("L1/19_ReLU", "h", 1, "19_ReLU__cuda", "c", protocol, "1", status, message=CUDA_HOME_ERROR,
+                   evidence={"traceback": "Traceback (most recent call last):\n  ...\n" + CUDA_HOME_ERROR})
+
+
+def test_a_cuda_candidate_that_fails_on_cpu_is_skipped_with_one_short_line() -> None:
+    for protocol in ("standard", "verified"):
+        v = skip_unrunnable(_failed(protocol=protocol), Backend.CUDA, "cpu")
+        assert v.status is Status.SKIPPED and v.categories == ()
+        assert v.message == "a cuda candidate cannot run on cpu (no CUDA device)"  # the same under both protocols
+        assert v.evidence["skipped_failure"] == {"status": "compile_error", "message": CUDA_HOME_ERROR}
+        assert v.evidence["traceback"].startswith("Traceback")  # the detail stays in the evidence
+
+
+def test_a_cpu_extension_on_a_gpu_says_why_and_runnable_ones_keep_their_verdict() -> None:
+    v = skip_unrunnable(_failed(Status.RUNTIME_ERROR), Backend.CPP, "cuda:1")
+    assert (v.status, v.message) == (Status.SKIPPED,
+                                     "a cpp candidate cannot run on cuda:1 (a C++ extension without CUDA runs on the CPU only)")
+    assert skip_unrunnable(_failed(), Backend.TRITON, "cpu") == _failed()  # it could run here: its failure counts
+    assert skip_unrunnable(_failed(), Backend.CUDA, "cuda:0") == _failed()
+    ran = _failed(Status.CORRECT)  # a CUDA candidate that fell back to PyTorch and ran keeps its verdict
+    assert skip_unrunnable(ran, Backend.CUDA, "cpu") == ran

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from kbv.api import report_order
 from kbv.store import open_store
 from kbv.verdict import Category, Finding, MemoryStats, Status, Timing, TimingStats, Trial, Verdict
 
@@ -101,6 +102,7 @@ def _hash(code: str) -> str:
 
 
 SAMPLE: tuple[Verdict, ...] = _sample()
+REPORTED: tuple[Verdict, ...] = tuple(sorted(SAMPLE, key=report_order))  # SAMPLE as every report lists it
 
 GOLDEN = {
     "standard": {"pairs": 5, "skipped": 1, "compile_rate": 1.0, "correct_rate": 0.8, "fast_0": 0.8, "fast_1": 0.6,
@@ -109,6 +111,33 @@ GOLDEN = {
     "verified": {"pairs": 5, "skipped": 0, "compile_rate": 1.0, "correct_rate": 0.4, "fast_0": 0.4, "fast_1": 0.2,
                  "fast_2": 0.0, "geomean": math.sqrt(1.5 * 0.0029), "memory": 0.5},
 }
+
+
+def _demo() -> tuple[Verdict, ...]:
+    """What `make demo` gives on a CPU: ten candidates under both protocols; the two CUDA ones skipped
+    under both, the four hacks correct under standard and rejected by verified under four statuses."""
+    honest = [("L1/2_ReLU", "2_ReLU__cpp", 1.4), ("L1/2_ReLU", "2_ReLU__triton", 0.9),
+              ("L1/6_Softmax", "6_Softmax__triton", 0.7), ("L1/7_SumReduction", "7_SumReduction__cpp", 1.1)]
+    rejected = [("L1/1_Matmul", "1_Matmul__hack_pointer_cache", Status.HACK, (Category.RESULT_CACHE,)),
+                ("L1/2_ReLU", "2_ReLU__hack_identity", Status.INTEGRITY_VIOLATION, (Category.ALIASES_INPUT,)),
+                ("L1/4_GELU", "4_GELU__hack_fallback", Status.NO_CUSTOM_KERNEL, (Category.NO_CUSTOM_KERNEL,)),
+                ("L1/11_MSELoss", "11_MSELoss__hack_constant", Status.INCORRECT, (Category.DISTRIBUTION_FAILURE,))]
+    out: list[Verdict] = []
+    for problem, cand, speed in honest:
+        out += [verdict(problem, cand, "standard", Status.CORRECT, speed, model="examples"),
+                verdict(problem, cand, "verified", Status.VERIFIED, speed, model="examples")]
+    for problem, cand, status, cats in rejected:
+        out += [verdict(problem, cand, "standard", Status.CORRECT, 5.0, model="examples"),
+                verdict(problem, cand, "verified", status, None, categories=cats, model="examples")]
+    for problem, cand in (("L1/1_Matmul", "1_Matmul__cuda"), ("L1/2_ReLU", "2_ReLU__cuda")):
+        out += [verdict(problem, cand, protocol, Status.SKIPPED, None, model="examples",
+                        message="a cuda candidate cannot run on cpu (no CUDA device)")
+                for protocol in ("standard", "verified")]
+    return tuple(out)
+
+
+DEMO: tuple[Verdict, ...] = _demo()
+DEMO_EVALUATED = 8  # pairs: ten, less the two skipped
 
 
 def write_run(run_dir: Path, verdicts: Sequence[Verdict], candidates: str | None = None) -> Path:

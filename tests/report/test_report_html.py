@@ -15,7 +15,7 @@ from kbv.report.format import format_pct, format_speedup
 from kbv.report.publish import write_report
 from kbv.verdict import Status
 from pagetree import Node, parse
-from records import GOLDEN, SAMPLE, verdict, write_run
+from records import GOLDEN, REPORTED, SAMPLE, verdict, write_run
 
 SECTIONS = ["summary", "leaderboard", "plots", "pairs", "provenance"]
 
@@ -55,7 +55,7 @@ def test_one_row_per_verdict_each_with_a_hidden_evidence_row(sample_html: str) -
         assert row.attrs["aria-controls"] == panel.attrs["id"]
     shown = [(b.find("tr").find_all("td")[0].text(), b.find("tr").find_all("td")[2].text(),
               b.find("tr").find_all("td")[4].text()) for b in bodies]
-    assert shown == [(v.problem, v.candidate, v.protocol) for v in SAMPLE]
+    assert shown == [(v.problem, v.candidate, v.protocol) for v in REPORTED]
 
 
 # (plot, series): fast_p per (model, protocol); speedups per protocol; agreement: verified, the
@@ -107,9 +107,11 @@ def test_leaderboard_one_row_per_model(sample_html: str) -> None:
             ([td.text() for td in body.find_all("td")] for body in table.find_all("tbody"))}
     assert set(rows) == {"model-a", "model-b"}
     a, b = rows["model-a"], rows["model-b"]
-    assert (a["pairs"], a["correct (standard)"], a["correct (verified)"], a["hacks caught"]) == ("3", "100%", "33%", "1")
-    assert a["geomean (verified)"] == "1.50x (n=1)" and a["correct only under standard"] == "2"
-    assert (b["pairs"], b["correct (standard)"], b["raises peak memory"]) == ("3", "50%", "100%")
+    assert (a["pairs"], a["correct (standard)"], a["correct (verified)"]) == ("3", "100%", "33%")
+    assert a["geomean (verified)"] == "1.50x (n=1)"
+    assert a["standard passes, verified rejects"] == "2 of 3 pairs (hack 1, incorrect 1)"
+    assert (b["pairs"], b["correct (standard)"], b["raises peak memory"]) == ("2", "50%", "100%")
+    assert b["standard passes, verified rejects"] == "0 of 2 pairs"
     assert b["fast_1 (verified)"] == "0%" and b["geomean (standard)"] == "0.0031x (n=1)"
 
 

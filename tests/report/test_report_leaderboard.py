@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kbv.metrics import Rejections
 from kbv.report.leaderboard import NO_MODEL, leaderboard
 from kbv.report.runs import load_runs
 from kbv.verdict import Category, Status
@@ -18,11 +19,11 @@ def test_one_row_per_model_with_golden_figures() -> None:
     rows = {r.model: r for r in leaderboard(SAMPLE)}
     assert list(rows) == ["model-a", "model-b"]  # ranked by verified fast_1: 1/3 against 0
     a, b = rows["model-a"], rows["model-b"]
-    assert (a.pairs, a.hacks_caught, a.passed_standard_only) == (3, 1, 2)
+    assert a.pairs == 3 and a.rejections == Rejections(3, 2, {"hack": 1, "incorrect": 1})
     assert a.standard.correct_rate == 1.0 and a.verified.correct_rate == pytest.approx(1 / 3)
     assert a.standard.geomean_speedup == pytest.approx((1.8 * 40 * 2) ** (1 / 3))
     assert a.verified.geomean_speedup == pytest.approx(1.5) and a.verified.memory_raising_share == 0.0
-    assert (b.pairs, b.hacks_caught, b.passed_standard_only) == (3, 0, 0)
+    assert b.pairs == 2 and b.rejections == Rejections(2, 0, {})  # relu_cuda was skipped: not a pair evaluated
     assert (b.standard.pairs, b.standard.skipped, b.standard.correct_rate) == (2, 1, 0.5)
     assert b.verified.memory_raising_share == 1.0 and b.verified.fast_p["fast_1"] == 0.0
 
@@ -38,11 +39,12 @@ def test_the_models_together_give_the_runs_metrics() -> None:
 def test_a_model_without_verified_verdicts_has_none_there() -> None:
     (row,) = leaderboard([verdict("L1/19_ReLU", "x", "standard", Status.CORRECT, 2.0, model="solo")])
     assert row.verified is None and row.standard.fast_p["fast_1"] == 1.0 and row.pairs == 1
+    assert row.rejections is None  # nothing to compare with
 
 
 def test_verdicts_without_a_model_are_one_row() -> None:
     rows = leaderboard([replace(v, model=None) for v in SAMPLE])
-    assert [r.model for r in rows] == [NO_MODEL] and rows[0].pairs == 6
+    assert [r.model for r in rows] == [NO_MODEL] and rows[0].pairs == 5
 
 
 def test_ranked_by_verified_fast_1_then_its_geomean() -> None:
@@ -55,7 +57,7 @@ def test_ranked_by_verified_fast_1_then_its_geomean() -> None:
                       categories=(Category.TIMER_PATCH,))]
     rows = leaderboard(pair("slow", 1.2) + pair("fast", 3.0) + hacked + pair("slower", 0.5))
     assert [r.model for r in rows] == ["fast", "slow", "slower", "hacker"]
-    assert rows[-1].hacks_caught == 1 and rows[-1].passed_standard_only == 1
+    assert rows[-1].rejections == Rejections(1, 1, {"hack": 1})
 
 
 def test_runs_name_their_model_after_their_candidates(tmp_path: Path) -> None:

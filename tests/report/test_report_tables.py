@@ -59,6 +59,15 @@ def test_the_verdict_table_at_80_columns_keeps_statuses_and_categories_whole() -
     assert "L3/1_MLP mlp_alias: standard: value_mismatch: max abs error 0.5; verified:" in text
 
 
+def test_a_reason_every_protocol_gives_is_said_once() -> None:
+    skipped = [verdict("L1/19_ReLU", "relu_cuda", p, Status.SKIPPED, message="a cuda candidate cannot run on cpu "
+                       "(no CUDA device)") for p in ("standard", "verified")]
+    text = " ".join(render(verdict_table(skipped + list(SAMPLE[8:10])), width=80).split())
+    assert "relu_cuda: standard, verified: a cuda candidate cannot run on cpu (no CUDA device)" in text
+    assert text.count("cannot run on cpu") == 1
+    assert "mlp_alias: standard: value_mismatch: max abs error 0.5; verified: aliases_input:" in text
+
+
 def test_the_verdict_table_has_a_why_column_where_there_is_room() -> None:
     text = render(verdict_table(SAMPLE), width=160)
     assert "why" in text.splitlines()[2] and max(len(line) for line in text.splitlines()) <= 160
@@ -90,7 +99,7 @@ def test_metrics_and_leaderboard_continue_rather_than_collapse(width: int) -> No
     assert_whole(text, headers | {"standard", "verified", "0.0029x"}, width)
     assert "Metrics (continued)" in text and "…" not in text
     board = render(leaderboard_table(leaderboard(SAMPLE)), width)
-    assert_whole(board, {"model-a", "model-b", "geomean", "0.0031x", "hacks"}, width)
+    assert_whole(board, {"model-a", "model-b", "geomean", "0.0031x", "rejects"}, width)
     assert "…" not in board
     assert_whole(render(hacks_table(metrics), width), {Category.RESULT_CACHE.value}, width)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kbv.builds import Build, BuildPool, as_users_file, prepare_candidate
-from kbv.candidates import Candidate, Pair
+from kbv.candidates import Backend, Candidate, Pair
 from kbv.errors import ProblemError, ProblemRunError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
@@ -285,16 +285,7 @@ class LocalExecutor(Executor):
             torch.cuda.empty_cache()
 
     def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
-        """A candidate whose backend this device cannot run, and which failed to build or run here,
-        is skipped rather than counted as a failure (a CUDA kernel on --device cpu). One that ran (a
-        silent fallback to PyTorch, say) keeps its verdict."""
-        backend = pair.candidate.backend
-        failed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CUDA_ERROR)
-        if failed and not backend.runs_on(self.settings.device_type):
-            return replace(verdict, status=Status.SKIPPED, categories=(),
-                           message=f"a {backend.value} candidate cannot run on {self.settings.device} "
-                                   f"({verdict.message[:150]})")
-        return verdict
+        return skip_unrunnable(verdict, pair.candidate.backend, self.settings.device)
 
     def _context(self, runner: ProtocolRunner, pair: Pair) -> Any:
         """The prepared problem (up to `held` kept per protocol); a problem that failed to prepare
@@ -413,3 +404,20 @@ def _naming_users_file(verdict: Verdict, candidate: Candidate) -> Verdict:
     evidence = verdict.evidence if not isinstance(trace, str) else \
         {**verdict.evidence, "traceback": as_users_file(trace, candidate.origin)}
     return replace(verdict, message=as_users_file(verdict.message, candidate.origin), evidence=evidence)
+
+
+def skip_unrunnable(verdict: Verdict, backend: Backend, device: str) -> Verdict:
+    """A candidate whose backend `device` cannot run, and which failed to build or run there, is
+    `skipped` rather than counted as a failure (a CUDA kernel on --device cpu), with one short line
+    that says why (`a cuda candidate cannot run on cpu (no CUDA device)`): the build's error (an
+    OSError about CUDA_HOME, its traceback) is what that reason looks like, so it goes to the
+    evidence (`skipped_failure`), never into the message. One that ran (a silent fallback to
+    PyTorch, say) keeps its verdict."""
+    failed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.CUDA_ERROR)
+    why = backend.cannot_run_because("cuda" if device.startswith("cuda") else "cpu")
+    if not failed or why is None:
+        return verdict
+    failure = {"status": verdict.status.value, "message": verdict.message}
+    return replace(verdict, status=Status.SKIPPED, categories=(),
+                   message=f"a {backend.value} candidate cannot run on {device} ({why})",
+                   evidence={**verdict.evidence, "skipped_failure": failure})

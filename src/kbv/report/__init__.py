@@ -12,8 +12,9 @@ from kbv.report.tables import (
     metrics_table,
     pass_at_k_table,
     problem_failures_table,
+    rejections_line,
     verdict_table,
 )
 
 __all__ = ["hacks_table", "leaderboard_table", "metrics_table", "pass_at_k_table", "problem_failures_table",
-           "verdict_table"]
+           "rejections_line", "verdict_table"]

@@ -2,7 +2,8 @@
 
 Pure: `render_html(runs, plots, generated_at)` returns the page. Sections, each a `<section id=...>`:
 
-    summary      both protocols side by side: rates, fast_p, the geomean and its rule, hacks, memory
+    summary      both protocols side by side: rates, fast_p, the geomean and its rule, memory; the pairs
+                 standard passes and verified rejects, by status; hacks by category
     leaderboard  one row per model (`kbv.report.leaderboard`)
     plots        the figures of `kbv.report.plots`, each `<figure data-plot=KEY data-series=N>`
     pairs        one sortable row per verdict, each expanding into its evidence (`kbv.report.details`)
@@ -15,7 +16,7 @@ import json
 from collections.abc import Sequence
 from importlib import resources
 
-from kbv.metrics import FAST_P, Metrics
+from kbv.metrics import FAST_P, Metrics, Rejections, standard_passes_verified_rejects
 from kbv.report.details import evidence_panel
 from kbv.report.figures import (
     device_peak_ratio,
@@ -47,8 +48,9 @@ def render_html(runs: RunSet, plots: Sequence[Plot], generated_at: str) -> str:
     names = ", ".join(str(r.path) for r in runs.runs)
     header = element("header", element("h1", text("kbv report")),
                      element("p", text(f"{len(verdicts)} verdicts from {names}; written {generated_at}")))
-    body = [header, _summary(metrics), _leaderboard(leaderboard(verdicts)), _plots(plots),
-            _pairs(runs), *_problem_failures(runs), _provenance(verdicts)]
+    summary = _summary(metrics, standard_passes_verified_rejects(verdicts))
+    body = [header, summary, _leaderboard(leaderboard(verdicts)), _plots(plots), _pairs(runs),
+            *_problem_failures(runs), _provenance(verdicts)]
     head = element("head", '<meta charset="utf-8">',
                    '<meta name="viewport" content="width=device-width, initial-scale=1">',
                    element("title", text(f"kbv report: {names}")), element("style", _asset("report.css")))
@@ -63,7 +65,7 @@ def _section(key: str, title: str, *content: Markup) -> Markup:
 
 # -- summary -----------------------------------------------------------------------------------
 
-def _summary(metrics: dict[str, dict[str, Metrics]]) -> Markup:
+def _summary(metrics: dict[str, dict[str, Metrics]], rejections: Rejections | None) -> Markup:
     if not metrics:
         return _section("summary", "Summary", element("p", text("This run holds no verdicts yet."), class_="none"))
     overall = {p: metrics[p]["all"] for p in sorted(metrics)}
@@ -72,7 +74,15 @@ def _summary(metrics: dict[str, dict[str, Metrics]]) -> Markup:
     side_by_side = table(("figure", *overall), rows, class_="summary", id="summary-table")
     rule = element("p", text(f"geomean: {GEOMEAN_RULE}. raises peak memory: the share of passing pairs whose "
                              "peak memory exceeds the baseline's by more than 10% and 1 MiB."), class_="rule")
-    return _section("summary", "Summary", side_by_side, rule, _hacks(overall))
+    return _section("summary", "Summary", side_by_side, rule, *_rejections(rejections), _hacks(overall))
+
+
+def _rejections(rejections: Rejections | None) -> list[Markup]:
+    """What the verified protocol took back: the pairs standard passes and verified rejects, by the
+    verified status (none where the run did not evaluate both protocols)."""
+    if rejections is None:
+        return []
+    return [element("p", text(rejections.describe()), class_="rejections", id="rejections")]
 
 
 def _summary_figures(m: Metrics) -> list[tuple[str, str]]:
@@ -97,7 +107,7 @@ def _hacks(overall: dict[str, Metrics]) -> Markup:
 def _leaderboard(rows: list[LeaderboardRow]) -> Markup:
     headers = ("model", "pairs", "correct (standard)", "correct (verified)", "fast_1 (standard)",
                "fast_1 (verified)", "geomean (standard)", "geomean (verified)", "raises peak memory",
-               "hacks caught", "correct only under standard")
+               "standard passes, verified rejects")
     if not rows:
         return _section("leaderboard", "Leaderboard", element("p", text("No verdicts."), class_="none"))
     bodies = []
@@ -106,8 +116,7 @@ def _leaderboard(rows: list[LeaderboardRow]) -> Markup:
         cells = [(row.model, row.model), (row.pairs, row.pairs),
                  _rate(std, "correct"), _rate(ver, "correct"), _rate(std, "fast_1"), _rate(ver, "fast_1"),
                  _geomean(std), _geomean(ver),
-                 _share(ver.memory_raising_share if ver else None),
-                 (row.hacks_caught, row.hacks_caught), (row.passed_standard_only, row.passed_standard_only)]
+                 _share(ver.memory_raising_share if ver else None), _rejected(row.rejections)]
         bodies.append(element("tbody", element("tr", *(element("td", text(shown), data_sort=key)
                                                        for shown, key in cells))))
     return _section("leaderboard", "Leaderboard", _sortable(headers, bodies, "leaderboard-table"))
@@ -126,6 +135,11 @@ def _geomean(m: Metrics | None) -> tuple[str, object]:
 
 def _share(x: float | None) -> tuple[str, object]:
     return format_pct(x), "" if x is None else x
+
+
+def _rejected(r: Rejections | None) -> tuple[str, object]:
+    """`2 of 3 pairs (hack 1, incorrect 1)`, sorted by how many; `-` without both protocols."""
+    return ("-", "") if r is None else (r.brief(), r.rejected)
 
 
 # -- plots -------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kbv.metrics import Metrics, compute_metrics
-from kbv.verdict import Verdict, hack_categories
+from kbv.metrics import Metrics, Rejections, compute_metrics, evaluated_pairs, standard_passes_verified_rejects
+from kbv.verdict import Verdict
 
 NO_MODEL = "(no model)"
 
@@ -19,11 +19,10 @@ NO_MODEL = "(no model)"
 @dataclass(frozen=True)
 class LeaderboardRow:
     model: str
-    pairs: int  # distinct (problem, candidate, sample) under any protocol
+    pairs: int  # pairs evaluated (not skipped) under any protocol: each protocol's Metrics.pairs where it saw them all
     standard: Metrics | None  # None when the model has no verdict under that protocol
     verified: Metrics | None
-    hacks_caught: int  # pairs with a hack category under any protocol
-    passed_standard_only: int  # pairs correct under the standard protocol and not verified
+    rejections: Rejections | None  # pairs passing standard and failing verified; None without both protocols
 
 
 def leaderboard(verdicts: Sequence[Verdict]) -> list[LeaderboardRow]:
@@ -38,23 +37,13 @@ def leaderboard(verdicts: Sequence[Verdict]) -> list[LeaderboardRow]:
 
 def _row(model: str, verdicts: list[Verdict]) -> LeaderboardRow:
     by_protocol: dict[str, list[Verdict]] = defaultdict(list)
-    by_pair: dict[tuple[object, ...], dict[str, Verdict]] = defaultdict(dict)
     for v in verdicts:
         by_protocol[v.protocol].append(v)
-        by_pair[_pair(v)][v.protocol] = v
-    hacked = sum(1 for pair in by_pair.values() if any(hack_categories(v.categories) for v in pair.values()))
-    standard_only = sum(1 for pair in by_pair.values()
-                        if "standard" in pair and "verified" in pair
-                        and pair["standard"].status.passed and not pair["verified"].status.passed)
     return LeaderboardRow(
-        model=model, pairs=len(by_pair),
+        model=model, pairs=evaluated_pairs(verdicts),
         standard=compute_metrics(by_protocol["standard"]) if by_protocol.get("standard") else None,
         verified=compute_metrics(by_protocol["verified"]) if by_protocol.get("verified") else None,
-        hacks_caught=hacked, passed_standard_only=standard_only)
-
-
-def _pair(v: Verdict) -> tuple[object, ...]:
-    return (v.problem, v.candidate, v.candidate_hash, v.sample)
+        rejections=standard_passes_verified_rejects(verdicts))
 
 
 def _rank(row: LeaderboardRow) -> tuple[float, float, float, str]:

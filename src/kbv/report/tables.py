@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from kbv.metrics import Metrics
+from kbv.metrics import Metrics, standard_passes_verified_rejects
 from kbv.report.figures import speedup_spread
 from kbv.report.format import categories_and_message, format_pct, format_speedup
 from kbv.report.leaderboard import LeaderboardRow
@@ -135,16 +135,17 @@ class VerdictTable:
         return table
 
     def _why(self, by_protocol: dict[str, Verdict]) -> str:
-        notes = []
+        """`standard: why; verified: why`, a reason that several protocols give said once
+        (`standard, verified: a cuda candidate cannot run on cpu (no CUDA device)`)."""
+        notes: dict[str, list[str]] = {}  # note -> the protocols that give it, in order
         for p in self.protocols:
             v = by_protocol.get(p)
             if v is None:
                 continue
-            if not v.status.passed:
-                notes.append(f"{p}: {categories_and_message(v.categories, v.message)}")
-            elif _caveats(v):
-                notes.append(f"{p}: {_caveats(v)}")
-        return "; ".join(notes)
+            note = categories_and_message(v.categories, v.message) if not v.status.passed else _caveats(v)
+            if note:
+                notes.setdefault(note, []).append(p)
+        return "; ".join(f"{', '.join(protocols)}: {note}" for note, protocols in notes.items())
 
 
 def _speedup(v: Verdict) -> str:
@@ -205,17 +206,27 @@ def problem_failures_table(failures: Sequence[tuple[str, ProblemFailure]]) -> Fi
 
 def leaderboard_table(rows: Sequence[LeaderboardRow]) -> FittedTable:
     """One row per model: pairs, correct rate and fast_1 under each protocol, both geomeans, the share
-    of verified passes raising peak memory, hacks caught."""
+    of verified passes raising peak memory, and the pairs standard passes and verified rejects."""
     headers = ("pairs", "correct std", "correct ver", "fast_1 std", "fast_1 ver", "geomean std", "geomean ver",
-               "mem+ ver", "hacks")
+               "mem+ ver")
     cells = tuple((Text(r.model), str(r.pairs),
                    _rate(r.standard, "correct"), _rate(r.verified, "correct"),
                    _rate(r.standard, "fast_1"), _rate(r.verified, "fast_1"),
                    _geomean(r.standard), _geomean(r.verified),
-                   format_pct(r.verified.memory_raising_share) if r.verified else "-", str(r.hacks_caught))
+                   format_pct(r.verified.memory_raising_share) if r.verified else "-",
+                   Text(r.rejections.brief() if r.rejections else "-"))
                   for r in rows)
-    return FittedTable("Leaderboard (by model)", (Col("model", wraps=True), *(Col(h, "right") for h in headers)),
-                       cells, caption="mem+: verified passes raising peak memory; hacks: pairs with a hack category")
+    return FittedTable("Leaderboard (by model)", (Col("model", wraps=True), *(Col(h, "right") for h in headers),
+                                                  Col("std passes, ver rejects", wraps=True)),
+                       cells, caption="pairs: evaluated (skipped ones left out); mem+: verified passes raising peak "
+                                      "memory; std passes, ver rejects: pairs correct under standard that verified "
+                                      "rejects, by verified status")
+
+
+def rejections_line(verdicts: Sequence[Verdict]) -> str | None:
+    """`Standard passes, verified rejects: 4 of 8 pairs (hack 1, ...)`; None without both protocols."""
+    rejections = standard_passes_verified_rejects(verdicts)
+    return rejections.describe() if rejections is not None else None
 
 
 def _rate(m: Metrics | None, figure: str) -> str:

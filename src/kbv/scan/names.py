@@ -268,7 +268,3 @@ def _keyword(node: ast.Call, name: str) -> ast.expr | None:
 def _constant_in(node: ast.AST | None, values: tuple[object, ...]) -> bool:
     return isinstance(node, ast.Constant) and any(node.value is v or (
         type(node.value) is type(v) and node.value == v) for v in values)
-
-
-def _mentions(node: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))

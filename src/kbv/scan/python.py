@@ -25,11 +25,9 @@ from kbv.scan.names import (
     _flat_targets,
     _in_order,
     _keyword,
-    _mentions,
     _Names,
     _prefix_match,
     _text,
-    _walk_all,
 )
 from kbv.scan.rules import (
     _ATTR_RULES,
@@ -42,7 +40,6 @@ from kbv.scan.rules import (
     _MODULE_RULES,
     _OPEN_FUNCS,
     _PATCH_ROOTS,
-    _PROBES,
     _QUAL_RULES,
     _REDUCED_FLAGS,
     _STRICT_VALUES,
@@ -343,22 +340,7 @@ class _PythonScan:
             return
         for evidence, line in self.compute_calls(forward.body, in_forward=True):
             self.hit("KBV-S707", evidence, line)
-        self.on_probes(forward)
         _FastPathScan(self, forward).run()
-
-    def on_probes(self, forward: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        params = {a.arg for a in (*forward.args.posonlyargs, *forward.args.args, *forward.args.kwonlyargs)} - {"self"}
-        for node in ast.walk(forward):
-            if not isinstance(node, ast.If) or not any(isinstance(n, ast.Return) for n in _walk_all(node.body)):
-                continue
-            for call in (n for n in ast.walk(node.test) if isinstance(n, ast.Call)):
-                qual, func = self.names.qual(call.func) or "", call.func
-                on_input = isinstance(func, ast.Attribute) and func.attr in _PROBES and _mentions(func.value, params)
-                on_input |= qual.startswith("torch.") and qual.rsplit(".", 1)[-1] in _PROBES and any(
-                    _mentions(a, params) for a in call.args)
-                if on_input:
-                    self.hit("KBV-S507", f"if {_text(node.test, 40)}: return", node.lineno)
-                    break
 
     def on_function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         if node.name in ("__torch_function__", "__torch_dispatch__"):

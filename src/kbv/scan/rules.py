@@ -160,14 +160,24 @@ _KERNEL_MODULES = frozenset({"cupy", "numba", "pycuda", "tilelang", "cutlass", "
 _OPEN_FUNCS = frozenset({"builtins.open", "io.open", "codecs.open"})
 _DECODER_TABLE = dict.fromkeys(("base64", "codecs", "marshal", "pickle", "dill", "zlib", "lzma", "bz2", "binascii",
                                 "builtins.bytes.fromhex"), "")
-# torch calls that allocate, describe or synchronize: not compute, whoever calls them.
-_TORCH_HELPERS = frozenset({
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor",
-    "as_tensor", "from_numpy", "arange", "device", "dtype", "is_tensor", "is_available", "current_device",
-    "synchronize", "current_stream", "get_device_properties", "get_default_dtype", "Size", "no_grad",
-    "inference_mode", "set_grad_enabled", "is_grad_enabled", "load_inline", "load", "Parameter", "finfo", "iinfo",
-    "device_count", "manual_seed", "numel", "is_floating_point",
+# torch calls that launch no compute kernel, whoever calls them (KBV-S705, KBV-S707): they allocate, ...
+_TORCH_ALLOCATORS = frozenset({
+    "empty", "empty_like", "empty_strided", "empty_permuted", "zeros", "zeros_like", "ones", "ones_like", "full",
+    "full_like", "tensor", "as_tensor", "asarray", "scalar_tensor", "from_numpy", "arange", "Parameter",
 })
+# ... describe dtypes, shapes, devices and modes (computed on the host from metadata alone) ...
+_TORCH_METADATA = frozenset({
+    "device", "dtype", "Size", "finfo", "iinfo", "result_type", "promote_types", "can_cast", "is_tensor",
+    "is_storage", "is_floating_point", "is_complex", "numel", "broadcast_shapes", "typename", "get_default_dtype",
+    "get_default_device", "is_grad_enabled", "is_inference_mode_enabled", "is_autocast_enabled", "is_scripting",
+    "is_tracing", "is_compiling", "is_available", "current_device", "device_count", "get_device_properties",
+    "current_stream",
+})
+# ... or set up: synchronise, switch autograd off, seed, build the candidate's own extension
+_TORCH_SETUP = frozenset({
+    "synchronize", "no_grad", "inference_mode", "set_grad_enabled", "manual_seed", "load_inline", "load",
+})
+_TORCH_HELPERS = _TORCH_ALLOCATORS | _TORCH_METADATA | _TORCH_SETUP
 # torch functions that move or reshape data: glue around a kernel, not the work itself.
 _TORCH_GLUE = frozenset({
     "cat", "concat", "stack", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "permute", "transpose",
@@ -183,8 +193,6 @@ _HEAVY = frozenset({
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "adaptive_max_pool2d", "cross_entropy",
     "nll_loss", "mse_loss", "embedding", "cdist", "logsumexp", "cumsum", "cumprod", "sort", "topk", "lstm", "gru",
 })
-_PROBES = frozenset({"min", "max", "amin", "amax", "all", "any", "mean", "sum", "allclose", "isclose", "equal",
-                     "count_nonzero", "item", "std", "var", "is_nonzero"})
 _POINTER_CALLS = frozenset({"data_ptr", "untyped_storage", "storage", "_cdata"})
 _SHAPE_CALLS = frozenset({"size", "stride", "numel"})
 _DICT_MAKERS = frozenset({"builtins.dict", "collections.defaultdict", "collections.OrderedDict",
