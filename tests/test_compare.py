@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kbv.compare import ErrorMeasure, Tolerance, allowed_error, compare_allclose, measure_error, within
@@ -79,3 +80,20 @@ def test_allclose_checks_shape_dtype_and_values():
     nan = ref.clone()
     nan[0, 0] = float("nan")
     assert compare_allclose(ref, nan, 1e-2, 1e-2).category is Category.NAN_INF_MISMATCH
+
+
+def test_errors_measured_a_chunk_at_a_time_are_the_errors_measured_at_once(monkeypatch):
+    """A multi-GB output is compared in chunks (no multi-GB float64 temporaries): the figures are the same."""
+    import kbv.compare as compare
+
+    gen = torch.Generator().manual_seed(3)
+    truth = torch.randn(1000, generator=gen, dtype=torch.float64) * 10
+    truth[::97] = float("nan")
+    out = (truth + 1e-3 * torch.randn(1000, generator=gen, dtype=torch.float64)).float()
+    out[5] = float("inf")
+    whole = (compare.measure_error(truth, out), compare.error_summary(truth.float(), out))
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    chunked = (compare.measure_error(truth, out), compare.error_summary(truth.float(), out))
+    figures = [(e.norm, e.elem, *summary) for e, summary in (whole, chunked)]
+    assert figures[1] == pytest.approx(figures[0], rel=1e-12)
+    assert whole[0].nan_inf_match == chunked[0].nan_inf_match is False  # the inf at 5 is the candidate's

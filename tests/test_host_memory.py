@@ -170,3 +170,80 @@ def test_a_child_kbv_killed_itself_is_never_blamed_on_host_memory(tmp_path: Path
         with pytest.raises(ChildFailure) as info:
             _forward(sb, torch.randn(4, 4))
     assert "out-of-memory" not in info.value.message and "SIGKILL" in info.value.message
+
+
+class _KilledForOthersRunner:
+    """A protocol whose candidate's child the out-of-memory killer ends `kills` times, while the child
+    held `peak` bytes: the kernel's account of a bystander killed for memory others took."""
+
+    name = "standard"
+
+    def __init__(self, kills: int, peak: int) -> None:
+        self.kills = kills
+        self.peak = peak
+        self.evaluations = 0
+
+    def prepare(self, pair):
+        return object()
+
+    def release(self, context: object) -> None:
+        pass
+
+    def blank(self, pair):
+        from kbv.protocols import blank_verdict
+        from kbv.protocols.standard import StandardProtocol
+
+        return blank_verdict(pair, StandardProtocol(), {})
+
+    def evaluate(self, pair, prepared, build, sb):
+        from dataclasses import replace
+
+        self.evaluations += 1
+        if self.evaluations <= self.kills:
+            return replace(self.blank(pair), status=Status.CRASHED,
+                           message="killed by the kernel's out-of-memory killer during forward",
+                           evidence={"host_oom_kills": 1, "child_peak_rss_bytes": self.peak})
+        return replace(self.blank(pair), status=Status.CORRECT, message="5/5 trials passed")
+
+
+def _evaluate_once(tmp_path: Path, runner: _KilledForOthersRunner):
+    from kbv.candidates import Candidate, Pair
+    from kbv.executors import Job
+    from kbv.executors.local import LocalExecutor
+    from kbv.problems import Problem
+    from kbv.settings import Settings
+
+    problem = Problem(name="19_ReLU", level=1, problem_id=19, code="# problem\n", origin="level1/19_ReLU.py")
+    cand = Candidate(code=HONEST_RELU, name="19_ReLU__honest", origin="c.py", problem_ref="19_ReLU")
+    executor = LocalExecutor(Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache"),
+                             {"standard": runner})
+    try:
+        fut = executor.submit(Job(Pair(problem, cand), "standard", "k0"))
+        return fut.exception(timeout=300) or fut.result()
+    finally:
+        executor.close()
+
+
+def test_a_small_child_killed_for_others_memory_is_judged_again_and_gets_its_own_verdict(tmp_path: Path) -> None:
+    runner = _KilledForOthersRunner(kills=1, peak=200 << 20)  # 200 MiB: a bystander's honest child
+    verdict = _evaluate_once(tmp_path, runner)
+    assert verdict.status is Status.CORRECT and runner.evaluations >= 2
+
+
+def test_a_child_killed_twice_for_others_memory_is_a_run_failure_not_a_verdict(tmp_path: Path) -> None:
+    from kbv.errors import RunFailure
+
+    runner = _KilledForOthersRunner(kills=2, peak=180 << 20)
+    failure = _evaluate_once(tmp_path, runner)
+    assert isinstance(failure, RunFailure) and runner.evaluations == 2
+    message = str(failure)
+    assert message.startswith("level1/19_ReLU.py: the host ran out of memory twice while 19_ReLU__honest ran")
+    assert "not the candidate's doing" in message and "180 MiB" in message
+
+
+def test_a_candidate_that_itself_took_the_hosts_memory_stays_crashed(tmp_path: Path) -> None:
+    from kbv.memory_plan import host_total_bytes
+
+    runner = _KilledForOthersRunner(kills=1, peak=int(0.9 * host_total_bytes()))
+    failure = _evaluate_once(tmp_path, runner)
+    assert failure.status is Status.CRASHED and runner.evaluations == 1

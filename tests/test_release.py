@@ -90,3 +90,30 @@ def test_a_problem_too_large_for_the_device_fails_that_problem_and_keeps_nothing
     assert runner.prepares == 1
     gc.collect()
     assert [ref() for ref in runner.held] == [None]  # the half-made problem's tensors are gone
+
+
+def test_a_problem_too_large_for_the_host_is_refused_with_its_figures_before_anything_is_allocated(tmp_path):
+    """KernelBench's L1/19_ReLU (6.4 GB of input) on a 24 GiB box took kbv's own process to 23.5 GB
+    and the out-of-memory killer. Here a 256 GiB ReLU: its footprint, traced on the meta device, is
+    refused under both protocols as a stored problem failure with the figures; kbv's memory stays put."""
+    import resource
+
+    from kbv.api import EvalConfig, evaluate
+    from kbv.store import open_store
+    from sources import write_tree
+
+    huge = RELU_PROBLEM.replace("torch.randn(16, 256)", "torch.randn(1 << 20, 1 << 16)")
+    problems = write_tree(tmp_path / "problems", {"level1/19_ReLU.py": huge})
+    cands = write_tree(tmp_path / "cands", {"19_ReLU__honest.py": HONEST_RELU})
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = evaluate(EvalConfig(candidates=str(cands), problems=str(problems), protocol="both", device="cpu",
+                                 run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache")))
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < (512 << 10)  # KiB: under 512 MiB
+    assert result.verdicts == () and result.problem_failures
+    message = result.problem_failures[0].message
+    assert "too large for this machine under the standard protocol" in message
+    assert "GiB of host memory" in message and "free" in message and "256 GiB of inputs" in message
+    with open_store(tmp_path / "run", create=False) as store:
+        stored = {f.protocol: f.message for f in store.problem_failures()}
+    assert set(stored) == {"standard", "verified"}
+    assert "under the verified protocol" in stored["verified"] and "float64 truth" in stored["verified"]

@@ -28,6 +28,7 @@ from kbv.builds import Build
 from kbv.candidates import Candidate, Pair, Pairing, Unpaired, load_candidates, unpaired_lines
 from kbv.errors import ProblemError, UnsoundProblemError, UsageError
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
+from kbv.memory_plan import host_available_bytes
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.gate import DeviceGate, synchronizer
 from kbv.placement import Bystanders, CorePlan, Quiet, current_plan, off_lanes, parse_isolation
@@ -62,6 +63,7 @@ class EvalConfig:
     run_dir: str | None = None  # default: kbv-runs/<candidates name>
     seed: int | None = None  # the verified protocol's secret seed (random when None)
     timeout_s: float = 300.0
+    prepare_timeout_s: float = 0.0  # preparing one problem under one protocol (0: timeout_s)
     build_timeout_s: float = 900.0
     jobs: int = 0  # parallel builds; 0 = one per CPU set apart for builds (as memory allows)
     build_isolation: str = "auto"  # how builds keep out of timings: auto | pin | hold | none (kbv.placement)
@@ -107,6 +109,9 @@ class RunStats:
     cpus: int
     longest_load_s: float = 0.0  # the most seconds one pair's lane spent loading (`stages_s["load"]`)
     longest_load: str = ""  # that pair: problem, candidate and protocol
+    prepare_s: float = 0.0  # seconds lanes spent preparing problems (every pair's `stages_s["prepare"]`)
+    prepared: int = 0  # problems prepared under the verified protocol (their evidence's `preparation`)
+    prepare_calls: int = 0  # the reference calls those preparations made (`kbv.ledger`)
 
     @property
     def pairs_per_min(self) -> float:
@@ -125,7 +130,11 @@ class RunStats:
         return (f"wall {self.wall_s:.1f} s (floor {self.floor_s:.1f} s) · first verdict {first} · "
                 f"{self.pairs_per_min:.1f} pairs/min · builds {self.builds} ({self.build_cpu_s:.0f} CPU-s), "
                 f"{self.builds_cached} cached · lanes busy {100 * self.busy_share:.0f}%"
-                + (f" · longest load {self.longest_load_s:.1f} s ({self.longest_load})" if self.longest_load else ""))
+                + (f" · longest load {self.longest_load_s:.1f} s ({self.longest_load})" if self.longest_load else "")
+                + (f" · preparation {self.prepare_s:.0f} s ({100 * self.prepare_s / max(self.pair_s, 1e-9):.0f}% of "
+                   f"the lanes' time)" if self.prepare_s else "")
+                + (f", verified {self.prepare_calls} reference calls for {self.prepared} problems"
+                   if self.prepared else ""))
 
 
 @dataclass(frozen=True)
@@ -342,6 +351,8 @@ def _check_numbers(config: EvalConfig) -> None:
         (0 < c.timeout_s < math.inf, f"--timeout {c.timeout_s:g}: expected a positive number of seconds."),
         (0 < c.build_timeout_s < math.inf,
          f"--build-timeout {c.build_timeout_s:g}: expected a positive number of seconds."),
+        (0 <= c.prepare_timeout_s < math.inf,
+         f"--prepare-timeout {c.prepare_timeout_s:g}: expected a positive number of seconds."),
         (c.jobs >= 0, f"--jobs {c.jobs}: expected 0 (one per CPU set apart for builds) or more."),
         (c.keep_problems >= 0, f"--keep-problems {c.keep_problems}: expected 1 or more (a lane holds at least "
                                "the problem it evaluates)."),
@@ -495,6 +506,7 @@ def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = No
     provenance["warm_clocks"] = config.warm_clocks
     return Settings(device=device, run_dir=run_dir.resolve(), cache_dir=cache.resolve(),
                     timeout_s=config.timeout_s, build_timeout_s=config.build_timeout_s, jobs=jobs,
+                    prepare_timeout_s=config.prepare_timeout_s,
                     cuda_arch_list=arch, provenance=provenance, sandbox=mode.value, isolation=isolation,
                     pch=config.pch, build_isolation=config.build_isolation, warm_clocks=config.warm_clocks)
 
@@ -511,17 +523,7 @@ BUILD_MEMORY_BYTES = 3 << 30  # the peak of one build with MAX_JOBS=1 (cicc on t
 
 def auto_jobs(plan: CorePlan) -> int:
     """Parallel builds by default: one per CPU set apart for builds, as far as memory holds them."""
-    return max(1, min(plan.build_cpus, _available_bytes() // BUILD_MEMORY_BYTES))
-
-
-def _available_bytes() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 1 << 40  # unknown: the CPUs decide
+    return max(1, min(plan.build_cpus, host_available_bytes() // BUILD_MEMORY_BYTES))
 
 
 def _slug(path: str) -> str:
@@ -621,15 +623,22 @@ class _RunClock:
         self.pairs = 0
         self.pair_s = 0.0
         self.longest_load: tuple[float, str] = (0.0, "")
+        self.prepare_s = 0.0
+        self.prepared: dict[tuple[str, str], int] = {}  # (problem, protocol) -> its preparation's reference calls
 
     def verdict(self, verdict: Verdict) -> None:
         self.last = time.monotonic()
         self.first = self.first if self.first is not None else self.last - self.t0
         self.pairs += 1
         self.pair_s += float(verdict.evidence.get("pair_s", verdict.wall_s) or 0.0)
-        load_s = float((verdict.evidence.get("stages_s") or {}).get("load", 0.0) or 0.0)
+        stages = verdict.evidence.get("stages_s") or {}
+        load_s = float(stages.get("load", 0.0) or 0.0)
         if load_s > self.longest_load[0]:
             self.longest_load = (load_s, f"{verdict.problem} × {verdict.candidate}, {verdict.protocol}")
+        self.prepare_s += float(stages.get("prepare", 0.0) or 0.0)
+        prep = verdict.evidence.get("preparation")
+        if isinstance(prep, dict) and isinstance(prep.get("calls"), int) and (verdict.problem, verdict.protocol) not in self.prepared:
+            self.prepared[(verdict.problem, verdict.protocol)] = prep["calls"]
 
     def since_verdict_s(self) -> float:
         return time.monotonic() - self.last
@@ -640,7 +649,9 @@ class _RunClock:
         return RunStats(wall_s=round(self.last - self.t0, 3), first_verdict_s=self.first, pairs=self.pairs,
                         pair_s=round(self.pair_s, 3), lanes=max(1, executor.lanes), builds=state.builds_done,
                         builds_cached=state.builds_cached, build_cpu_s=state.build_cpu_s, cpus=cpus,
-                        longest_load_s=round(self.longest_load[0], 3), longest_load=self.longest_load[1])
+                        longest_load_s=round(self.longest_load[0], 3), longest_load=self.longest_load[1],
+                        prepare_s=round(self.prepare_s, 3), prepared=len(self.prepared),
+                        prepare_calls=sum(self.prepared.values()))
 
 
 def _as_completed(futures: list[Future[Verdict]], idle: Callable[[], None] | None = None) -> Iterator[Future[Verdict]]:

@@ -9,8 +9,11 @@ A bad candidate is data (a verdict), never an exception: these are raised only f
     ├── ProblemError               a problem file that cannot be used (names the file)
     │   ├── ProblemLoadError       syntax error, missing Model/get_inputs/get_init_inputs, import failure
     │   ├── ProblemRunError        get_inputs()/get_init_inputs()/Model(...) raised or returned junk
-    │   └── UnsoundProblemError    the verified protocol cannot judge it (no input distribution applies);
-    │                              its runner turns this into an `unsound_problem` verdict per candidate
+    │   ├── UnsoundProblemError    the verified protocol cannot judge it (no input distribution applies);
+    │   │                          its runner turns this into an `unsound_problem` verdict per candidate
+    │   └── RunFailure             not the problem's fault nor the candidate's: the run could not judge a
+    │                              pair (kbv's own memory ran out, the host's memory ran short); stored
+    │                              like a problem's failure, and tried again when the run resumes
     ├── CandidateSourceError       a candidate file/dir/JSONL that cannot be read or paired at all
     ├── StoreError                 the results database is unreadable or belongs to another schema
     ├── ServiceError               `kbv serve` refused a request (its HTTP status), or could not be
@@ -52,6 +55,12 @@ class ProblemRunError(ProblemError):
 class UnsoundProblemError(ProblemError):
     """The problem runs, but no candidate of it can be judged: on every input distribution the
     reference's output is degenerate (all zero, constant, not finite)."""
+
+
+class RunFailure(ProblemError):
+    """The run could not judge a pair, through no fault of the problem or the candidate (kbv itself ran
+    out of the device's memory; the host ran out of memory that others took). No verdict is stored;
+    the failure is, and a resumed run tries the pair again."""
 
 
 class CandidateSourceError(KbvError):

@@ -19,7 +19,6 @@ less a margin (`FIT_SHARE`): other processes on the machine keep theirs.
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,14 +67,24 @@ def available_memory(device_type: str, device_index: int | None = None) -> Avail
 
 
 def host_available_bytes() -> int:
-    """MemAvailable (what the kernel can give without swapping), or a huge figure where unknown."""
+    """MemAvailable: what the kernel can give without swapping (a huge figure where unknown)."""
+    return meminfo_bytes("MemAvailable") or 1 << 50
+
+
+def host_total_bytes() -> int:
+    """MemTotal (a huge figure where unknown)."""
+    return meminfo_bytes("MemTotal") or 1 << 50
+
+
+def meminfo_bytes(name: str) -> int | None:
+    """A line of /proc/meminfo, in bytes; None where it cannot be read."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith(f"{name}:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        pass
-    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) if hasattr(os, "sysconf") else 1 << 50
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,13 @@ class Need:
         return self.host <= FIT_SHARE * available.host_bytes
 
     def describe(self, available: Available) -> str:
-        """'needs about 37 GiB of host memory, 22 GiB available' (the side that does not fit)."""
+        """'needs about 37 GiB of host memory, 22 GiB free (a problem may take 80% of it)': the side
+        that does not fit."""
+        share = f"(a problem may take {FIT_SHARE:.0%} of it)"
         if available.device_bytes is not None and self.device > FIT_SHARE * available.device_bytes:
             return (f"needs about {format_bytes(self.device)} of device memory, "
-                    f"{format_bytes(available.device_bytes)} available")
-        return f"needs about {format_bytes(self.host)} of host memory, {format_bytes(available.host_bytes)} available"
+                    f"{format_bytes(available.device_bytes)} free {share}")
+        return f"needs about {format_bytes(self.host)} of host memory, {format_bytes(available.host_bytes)} free {share}"
 
 
 @dataclass(frozen=True)
@@ -185,12 +196,16 @@ def plan_verified(fp: Footprint, trials: int, available: Available, pool_budget_
 
 def standard_need(fp: Footprint, held: int, home: str, on_cuda: bool) -> Need:
     """What the standard protocol holds at its peak: the parent's model, its held trials (inputs and
-    reference outputs), the timing inputs, and either a reference forward's peak (a trial made) or a
-    trial's reference, the output taken back and the comparison's chunks; the candidate's child and
-    the baseline's each the model, one trial's inputs and a forward's peak."""
+    reference outputs) and the timing inputs throughout; while preparing, a trial being made (its
+    inputs and the reference's forward) or the baseline's child timing; while judging a candidate, a
+    trial (made again where not held: its forward's peak), its reference, the output taken back and
+    the comparison's chunks, beside the candidate's child (the model, the inputs, its forward)."""
     kept = held * (fp.input_bytes + fp.output_bytes)
-    parent = fp.weight_bytes + 2 * fp.input_bytes + max(fp.forward_bytes, 2 * fp.output_bytes + JUDGE_BYTES)
-    device = parent + 2 * fp.call_bytes
+    base = fp.weight_bytes + fp.input_bytes  # the model, the timing inputs
+    making = fp.input_bytes + fp.forward_bytes
+    preparing = max(making, fp.call_bytes)
+    judging = max(making, fp.input_bytes + fp.output_bytes) + fp.output_bytes + JUDGE_BYTES + fp.call_bytes
+    device = base + max(preparing, judging)
     if home == "host" and on_cuda:
         return Need(device, kept)
     return _split(device + kept, 0, on_cuda)

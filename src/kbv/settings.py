@@ -130,6 +130,12 @@ def time_left(deadline: float, floor_s: float = 0.5) -> float:
     return max(deadline + waited_s() + parent_s() - time.monotonic(), floor_s)
 
 
+def timeout_message(message: str, limit_s: float) -> str:
+    """A child's timeout said with the limit that ran out: 'no answer within 0.5 s (forward)' becomes
+    '... (forward): the pair's 300 s (--timeout) ran out' (a pair's later commands get what is left)."""
+    return f"{message}: the pair's {limit_s:.0f} s (--timeout) ran out"
+
+
 _PARENT = threading.local()
 
 

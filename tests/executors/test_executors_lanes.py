@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from scaleout import outcome
 from typer.testing import CliRunner
 
 from kbv.api import EvalConfig, evaluate
 from kbv.candidates import Candidate, Pair
 from kbv.cli import app
-from kbv.errors import HarnessError, ProblemRunError
+from kbv.errors import HarnessError, ProblemRunError, RunFailure
 from kbv.executors import Job
 from kbv.executors.lanes import RETIRE_AFTER, LanesExecutor, Waiting, pick_next
 from kbv.problems import Problem
@@ -177,6 +178,24 @@ def test_one_lane_retries_on_itself_and_a_problem_error_is_not_retried() -> None
     verdict, problem_error = _run(LanesExecutor([lane]), _jobs("1_A", "99_Broken"))
     assert verdict.status is Status.CORRECT and lane.seen.count("key0") == 2
     assert isinstance(problem_error, ProblemRunError) and lane.seen.count("key1") == 1
+
+
+def test_kbv_running_out_of_memory_is_the_runs_failure_never_the_candidates_crash() -> None:
+    """The GPU run of 2026-12-05: a full-size ReLU ran the lane's own process out of device memory twice,
+    and the pair was stored as the candidate's `crashed`. Now: a run failure, stored, tried on resume."""
+    class OutOfMemoryLane(FakeLane):
+        def _answer(self, job: Job) -> Verdict:
+            if job.key == "key0":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 5.25 GiB. GPU 0 has a total "
+                                             "capacity of 79.18 GiB of which 5.08 GiB is free.")
+            return super()._answer(job)
+
+    lane = OutOfMemoryLane("cuda:0")
+    failure, fine = _run(LanesExecutor([lane]), _jobs("2_ReLU", "2_B"))
+    assert isinstance(failure, RunFailure) and fine.status is Status.CORRECT
+    assert lane.seen.count("key0") == 1  # not retried: more of the same would fail the same way
+    message = str(failure)
+    assert message.startswith("2_ReLU.py: kbv itself ran out of memory on cuda:0") and "not the candidate's" in message
 
 
 def test_a_lane_that_keeps_failing_is_retired_and_with_no_lane_left_the_harness_raises() -> None:

@@ -17,7 +17,8 @@ each), one build pool, one writer.
   lane only when that keeps a lane from idling.
 - A lane whose evaluation raises anything but a ProblemError (its device died, kbv failed on it) has
   the pair queued once more, on another lane where there is one; a second failure makes the pair
-  `crashed` with both reasons. A lane that fails `RETIRE_AFTER` pairs in a row takes no more; with no
+  `crashed` with both reasons. One that ran kbv's own process out of memory is a `RunFailure`
+  instead: stored, never a verdict, and tried again when the run resumes. A lane that fails `RETIRE_AFTER` pairs in a row takes no more; with no
   lane left, the pairs still waiting fail with HarnessError (a broken harness raises).
 - Futures complete as verdicts arrive; the caller (`kbv.api`) stores them, the only writer, in
   the problems' order whatever the order they complete in.
@@ -37,10 +38,11 @@ from functools import partial
 from typing import Protocol
 
 from kbv.builds import Build, BuildPool, BuildState
-from kbv.errors import HarnessError, ProblemError
+from kbv.errors import HarnessError, ProblemError, RunFailure
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.executors.local import HELD_PER_PROTOCOL, PRESTART
 from kbv.placement import NO_PLAN, enter_starter_thread
+from kbv.problems import out_of_memory
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
@@ -246,6 +248,8 @@ class LanesExecutor(Executor):
                 entry.future.set_exception(exc)
         elif self._aborted:  # an interrupt killed the pair's child: nothing is retried
             entry.future.set_exception(exc)
+        elif out_of_memory(exc):  # kbv's own process ran out of memory: the run's failure, not the candidate's
+            entry.future.set_exception(RunFailure(_own_memory_failure(lane.device, entry.job, exc)))
         else:
             self._lane_failed(lane, entry, exc)
         self._fill()
@@ -315,6 +319,13 @@ class LanesExecutor(Executor):
             left, self._pending = self._pending, []
         for entry in left:
             entry.future.cancel()
+
+
+def _own_memory_failure(device: str, job: Job, exc: BaseException) -> str:
+    first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:240]
+    return (f"{job.pair.problem.origin}: kbv itself ran out of memory on {device} while judging "
+            f"{job.pair.candidate.name} under {job.protocol} ({first_line}): not the candidate's doing; no "
+            "verdict is stored, and the pair is tried again when the run resumes")
 
 
 def _name(job: Job) -> str:

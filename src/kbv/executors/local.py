@@ -36,9 +36,10 @@ from typing import Any
 
 from kbv.builds import Build, BuildPool, as_users_file, prepare_candidate
 from kbv.candidates import Backend, Candidate, Pair
-from kbv.errors import ProblemError, ProblemRunError
+from kbv.errors import ProblemError, ProblemRunError, RunFailure
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
+from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes
 from kbv.placement import Quiet, enter_lane_thread, enter_starter_thread, move_process
 from kbv.problems import out_of_memory
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
@@ -236,6 +237,12 @@ class LocalExecutor(Executor):
         try:
             with measuring(clock), offering(self._take_spare):
                 verdict = self._evaluate_pair(job, build_future, clock)
+                if killed_for_others_memory(verdict):  # once more, in a fresh child, once the host has room
+                    wait_for_host_memory()
+                    first = verdict.evidence
+                    verdict = self._evaluate_pair(job, build_future, clock)
+                    if killed_for_others_memory(verdict):
+                        raise RunFailure(host_memory_failure(job.pair, first, verdict.evidence))
         finally:
             self._current = None
         pair_s = time.perf_counter() - t0 - clock.seconds.get("build_wait", 0.0)
@@ -334,16 +341,22 @@ class LocalExecutor(Executor):
                 self._release(self.runners[name], held, problem)
 
     def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
-        """`runner.prepare`; out of device memory with other problems held, once more after they are
+        """`runner.prepare`; out of device memory, or refused as too large for the memory available
+        (`ProblemTooLarge`), with other problems held (under any protocol), once more after they are
         released (a lane holds two where one fits)."""
         try:
             return runner.prepare(pair)
         except Exception as exc:
-            if not out_of_memory(exc) or not held:
+            if not (out_of_memory(exc) or isinstance(exc, ProblemTooLarge)) or not self._holds_any():
                 raise
-        for problem in list(held):
-            self._release(runner, held, problem)
+        for name, contexts in self._contexts.items():
+            for problem in list(contexts):
+                if contexts is held or problem != pair.problem.hash:
+                    self._release(self.runners[name], contexts, problem)
         return runner.prepare(pair)
+
+    def _holds_any(self) -> bool:
+        return any(self._contexts.values())
 
     def _release(self, runner: ProtocolRunner, held: OrderedDict[str, Any], problem: str) -> None:
         context = held.pop(problem)
@@ -391,6 +404,42 @@ class LocalExecutor(Executor):
                     if not isinstance(context, ProblemError):
                         self.runners[runner_name].release(context)
             self._contexts.clear()
+
+
+# A child the kernel's out-of-memory killer ended, whose own peak was under this share of the host's
+# memory, was killed for memory that others took: kbv makes every child the killer's first choice, so
+# an honest one of 200 MB goes before a neighbour's 23 GB process (`kbv.sandbox.oom`).
+OTHERS_MEMORY_SHARE = 0.25
+HOST_MEMORY_WAIT_S = 30.0  # how long a retry waits for the host's available memory to come back
+
+
+def killed_for_others_memory(verdict: Verdict) -> bool:
+    """Whether `verdict` is a child killed by the out-of-memory killer while its own memory was small
+    next to the host's (pure, but for the host's total, read once)."""
+    ev = verdict.evidence
+    peak = ev.get("child_peak_rss_bytes")
+    if verdict.status is not Status.CRASHED or not ev.get("host_oom_kills") or not isinstance(peak, int):
+        return False
+    return peak < OTHERS_MEMORY_SHARE * host_total_bytes()
+
+
+def wait_for_host_memory(timeout_s: float = HOST_MEMORY_WAIT_S) -> None:
+    """Until a tenth of the host's memory is available again, or `timeout_s` passes."""
+
+    deadline = time.monotonic() + timeout_s
+    while host_available_bytes() < 0.1 * host_total_bytes() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def host_memory_failure(pair: Pair, first: dict[str, Any], second: dict[str, Any]) -> str:
+    """The run failure's message: twice killed for memory others took, with the figures."""
+    from kbv.footprint import format_bytes
+
+    peaks = ", ".join(format_bytes(int(ev.get("child_peak_rss_bytes", 0))) for ev in (first, second))
+    return (f"{pair.problem.origin}: the host ran out of memory twice while {pair.candidate.name} ran, and the "
+            f"kernel's out-of-memory killer ended its child (which held at most {peaks} of "
+            f"{format_bytes(host_total_bytes())}): memory others took, not the candidate's doing; no verdict is "
+            f"stored, and the pair is tried again when the run resumes")
 
 
 def _pair_name(job: Job) -> str:

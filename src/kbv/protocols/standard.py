@@ -30,13 +30,15 @@ from kbv.candidates import Pair
 from kbv.clocks import warm_before_timing
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError, UsageError, did_you_mean
+from kbv.footprint import problem_footprint
+from kbv.memory_plan import StandardPlan, available_memory, plan_standard
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.sandbox.timers import STANDARD_TIMINGS, StandardTimerConfig
 from kbv.sandbox.spares import reference_child
-from kbv.settings import Settings, deadline_in, time_left
+from kbv.settings import Settings, deadline_in, parent_work, time_left, timeout_message
 from kbv.stages import stage
 from kbv.verdict import Category, Status, Timing, TimingStats, Trial, Verdict, finish_verdict
 
@@ -67,13 +69,28 @@ class StandardProtocol:
 
 @dataclass
 class StandardContext:
-    """Parent-side state of one problem (device tensors) and its baseline's timing."""
+    """Parent-side state of one problem (device tensors) and its baseline's timing. `trials[i]` is
+    (inputs after the reference ran, reference outputs), or None for a trial the memory plan does not
+    hold: `trial(i)` remakes it from its seed with the kept model, as KernelBench itself runs a trial."""
 
     problem: Problem
     init_inputs: list[Any]
-    trials: list[tuple[list[Any], list[torch.Tensor]]]  # (inputs after the reference ran, reference outputs)
+    trials: list[tuple[list[Any], list[torch.Tensor]] | None]
     timing_inputs: list[Any]
     baseline: TimingStats | None = None
+    module: Any = None
+    model: Any = None  # kept only where some trial is remade
+    seeds: list[int] = field(default_factory=list)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+    def trial(self, index: int) -> tuple[list[Any], list[torch.Tensor]]:
+        """Trial `index` on the device: held (brought back from the host where parked), else remade."""
+        held = self.trials[index]
+        if held is not None:
+            inputs, references = held
+            return to_device(inputs, self.device), [r.to(self.device) for r in references]
+        with parent_work():  # kbv's own work, never charged to the candidate's timeout
+            return _make_trial(self.module, self.model, self.seeds[index], self.device, self.problem.origin)
 
 
 def check_timing_method(name: str) -> str:
@@ -145,9 +162,14 @@ def unstable_timing(candidate: TimingStats, baseline: TimingStats, flush_ms: flo
 DEVICE_TRIALS_BUDGET_BYTES = 8 << 30
 
 
-def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch.device) -> StandardContext:
-    """Build the reference and its outputs on KernelBench's seeds. Raises ProblemRunError."""
+def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch.device,
+                     plan: StandardPlan | None = None) -> StandardContext:
+    """Build the reference and its outputs on KernelBench's seeds: the trials `plan` holds (on the
+    device, or parked on the host), the rest left to be remade for each candidate; without a plan
+    (an unknown footprint), all of them, parked on the host past DEVICE_TRIALS_BUDGET_BYTES.
+    Raises ProblemRunError."""
     module = instantiate_problem(problem)
+    seeds = kernelbench_trial_seeds(protocol.seed, protocol.correctness_trials)
     with rng_isolated(), torch.no_grad(), problem_code(problem.origin, "under KernelBench's seeds"):
         set_seed(protocol.seed)
         init_inputs = list(module.get_init_inputs())
@@ -155,20 +177,33 @@ def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch
         model = module.Model(*init_inputs)
         if isinstance(model, torch.nn.Module):
             model = model.to(device)
-        trials = []
-        park = False  # on the host between candidates (moved to the device one trial at a time)
-        for seed in kernelbench_trial_seeds(protocol.seed, protocol.correctness_trials):
-            set_seed(seed)
-            inputs = to_device(module.get_inputs(), device)
-            reference = [r.detach().clone() for r in flatten_outputs(model(*inputs))]
-            if not trials and device.type == "cuda":
-                park = tensor_bytes(inputs + reference) * protocol.correctness_trials > DEVICE_TRIALS_BUDGET_BYTES
-            if park:
-                inputs, reference = to_device(inputs, torch.device("cpu")), [r.cpu() for r in reference]
-            trials.append((inputs, reference))
+    held = plan.held if plan is not None else len(seeds)
+    park = plan is not None and plan.home == "host"
+    trials: list[tuple[list[Any], list[torch.Tensor]] | None] = []
+    for index, seed in enumerate(seeds):
+        if index >= held:
+            trials.append(None)
+            continue
+        inputs, reference = _make_trial(module, model, seed, device, problem.origin)
+        if plan is None and not trials and device.type == "cuda":
+            park = tensor_bytes(inputs + reference) * protocol.correctness_trials > DEVICE_TRIALS_BUDGET_BYTES
+        if park:
+            inputs, reference = to_device(inputs, torch.device("cpu")), [r.cpu() for r in reference]
+        trials.append((inputs, reference))
+    with rng_isolated(), problem_code(problem.origin, "get_inputs"):
         set_seed(protocol.seed)
         timing_inputs = to_device(module.get_inputs(), device)
-    return StandardContext(problem, init_inputs, trials, timing_inputs)
+    return StandardContext(problem, init_inputs, trials, timing_inputs, module=module,
+                           model=model if held < len(seeds) else None, seeds=seeds, device=device)
+
+
+def _make_trial(module: Any, model: Any, seed: int, device: torch.device,
+                origin: str) -> tuple[list[Any], list[torch.Tensor]]:
+    """One trial on KernelBench's per-trial `seed`: its inputs, and the reference's outputs on them."""
+    with rng_isolated(), torch.no_grad(), problem_code(origin, "under KernelBench's seeds"):
+        set_seed(seed)
+        inputs = to_device(module.get_inputs(), device)
+        return inputs, [r.detach().clone() for r in flatten_outputs(model(*inputs))]
 
 
 class StandardRunner:
@@ -188,19 +223,31 @@ class StandardRunner:
         return self.protocol.fingerprint() + ("" if self.settings.warm_clocks else "+no-warm-clocks")
 
     def prepare(self, pair: Pair) -> StandardContext:
+        """The problem's trials and its baseline's timing. Its memory is planned first, from its
+        footprint (`kbv.memory_plan`). Raises ProblemError (ProblemTooLarge among them)."""
         key = f"{pair.problem.hash}:{self.fingerprint()}:{self.device_fingerprint}:eager"
         cached = self.baselines.get_baseline(key) if self.baselines else None
         with stage("prepare"), contextlib.ExitStack() as stack:
+            plan = self._plan(pair.problem)
             sb = None
             if cached is None:  # the baseline's child (a spare, or one coming up while the inputs are drawn)
                 sb = reference_child(self.settings, f"baseline-{pair.problem.hash[:12]}", stack)
-            ctx = prepare_standard(pair.problem, self.protocol, torch.device(self.settings.device))
+            ctx = prepare_standard(pair.problem, self.protocol, torch.device(self.settings.device), plan)
             ctx.baseline = cached
             if sb is not None:
                 ctx.baseline = self._time_baseline(ctx, sb)
                 if self.baselines:
                     self.baselines.put_baseline(key, pair.problem.hash, "eager", ctx.baseline)
         return ctx
+
+    def _plan(self, problem: Problem) -> StandardPlan | None:
+        """How the problem's trials are held (None where its footprint is unknown); raises ProblemTooLarge."""
+        footprint = problem_footprint(problem)
+        if footprint is None:
+            return None
+        device = torch.device(self.settings.device)
+        return plan_standard(footprint, self.protocol.correctness_trials, available_memory(device.type, device.index),
+                             problem.origin)
 
     def _time_baseline(self, ctx: StandardContext, sb: Sandbox) -> TimingStats:
         """Eager PyTorch with default flags, timed like a candidate, in a child without candidate code."""
@@ -226,6 +273,7 @@ class StandardRunner:
     def release(self, ctx: StandardContext) -> None:
         ctx.trials.clear()  # the tensors go now, whoever still holds the context
         ctx.timing_inputs = []
+        ctx.model = None
 
     def evaluate(self, pair: Pair, ctx: StandardContext, build: Build, sb: Sandbox) -> Verdict:
         """The standard verdict of one pair in the started child `sb`. Never raises for a bad candidate."""
@@ -254,7 +302,9 @@ class StandardRunner:
                 reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)},
                                 time_left(deadline))
         except ChildFailure as failure:
-            return finish_verdict(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
+            message = failure.message if failure.status is not Status.TIMEOUT else \
+                timeout_message(failure.message, self.settings.timeout_s)
+            return finish_verdict(base, t0, status=failure.status, message=message, evidence=failure.evidence)
         assert ctx.baseline is not None
         flush_ms = _finite(reply.get("flush_ms"))
         timing, unstable = _timing(timed_stats(reply), ctx.baseline, flush_ms, self.protocol.timer.method,
@@ -269,8 +319,8 @@ class StandardRunner:
 def _run_trials(sb: Sandbox, ctx: StandardContext, protocol: StandardProtocol, deadline: float,
                 device: torch.device) -> list[Trial]:
     trials = []
-    for index, (inputs, references) in enumerate(ctx.trials):
-        inputs, references = to_device(inputs, device), [r.to(device) for r in references]  # parked ones come back
+    for index in range(len(ctx.trials)):
+        inputs, references = ctx.trial(index)  # parked ones come back, ones not held are remade
         refs = sb.put(inputs, time_left(deadline))
         fields, receipt = sb.expect(references)
         reply = sb.call({"op": "forward", "inputs": refs, **fields}, time_left(deadline))

@@ -314,7 +314,7 @@ class Sandbox:
             reply = decode_reply(read_frame(self._res_r, deadline))
         except WireTimeout:
             self.kill()
-            raise ChildFailure(Status.TIMEOUT, f"no answer within {timeout_s:.0f} s ({command['op']})",
+            raise ChildFailure(Status.TIMEOUT, f"no answer within {timeout_s:.3g} s ({command['op']})",
                                self.evidence()) from None
         except (WireClosed, BrokenPipeError, ValueError) as exc:
             raise self._death(command["op"], exc) from None
@@ -380,13 +380,15 @@ class Sandbox:
     def _death(self, op: str, exc: BaseException) -> ChildFailure:
         assert self.proc is not None
         try:
-            code = self.proc.wait(timeout=5)
+            code, peak_rss = self._reap(5.0)
         except subprocess.TimeoutExpired:
             self.kill()
             return ChildFailure(Status.CRASHED, f"the child broke the protocol during {op}: {exc}", self.evidence())
         if self.isolation.full and code > 128 and code - 128 in signal.Signals._value2member_map_:
             code = 128 - code  # bwrap exits 128 + N for a child killed by signal N
         evidence = self.evidence(returncode=code)
+        if peak_rss is not None:
+            evidence["child_peak_rss_bytes"] = peak_rss
         if code < 0:
             name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
             msg = f"killed by {name} during {op}"
@@ -398,6 +400,24 @@ class Sandbox:
         else:
             msg = f"exited with code {code} during {op}, before answering"
         return ChildFailure(Status.CRASHED, msg, evidence)
+
+    def _reap(self, timeout_s: float) -> tuple[int, int | None]:
+        """Wait for the exited child: its exit code (as Popen gives it) and the peak resident bytes of
+        its process tree (the largest process's, bubblewrap's and the kbv child's included), read from
+        the kernel's account of it (`wait4`); None where another waiter reaped it first."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped already (Popen's own wait)
+                return self.proc.wait(timeout=max(deadline - time.monotonic(), 0.01)), None
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                return self.proc.returncode, int(usage.ru_maxrss) * 1024  # Linux reports KiB
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.proc.args, timeout_s)
+            time.sleep(0.01)
 
     def _candidate_error(self, err: dict[str, Any], op: str) -> ChildFailure:
         kind = err.get("kind")

@@ -58,7 +58,7 @@ from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, me
 from kbv.protocols.verified.findings import Findings, FindingsCache, findings_key
 from kbv.provenance import device_fingerprint, device_state
 from kbv.sandbox import ChildFailure, Sandbox
-from kbv.settings import Settings, deadline_in, time_left
+from kbv.settings import Settings, deadline_in, time_left, timeout_message
 from kbv.stages import stage
 from kbv.verdict import KIND, Category, Kind, MemoryStats, Status, Timing, Verdict, finish_verdict
 
@@ -359,7 +359,8 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
     if records.failure is not None:
         f = records.failure
         cats = (Category.PROCESS_ESCAPE,) if f.evidence.get("returncode") == 0 else ()
-        return {"status": f.status, "message": f.message, "categories": cats, "trials": trials,
+        message = timeout_message(f.message, settings.timeout_s) if f.status is Status.TIMEOUT else f.message
+        return {"status": f.status, "message": message, "categories": cats, "trials": trials,
                 "evidence": {**ev, **f.evidence}}
     assert c is not None
     if not c.passed:

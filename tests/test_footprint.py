@@ -1,0 +1,95 @@
+"""A problem's footprint, traced on the meta device (kbv.footprint): the bytes its inputs, weights,
+outputs and forward take, known before anything is allocated, and None where its code needs real
+values."""
+
+from __future__ import annotations
+
+import resource
+import types
+
+import torch
+
+from kbv.footprint import format_bytes, trace_footprint
+
+MIB = 1 << 20
+
+
+def _module(source: str) -> types.ModuleType:
+    module = types.ModuleType("problem")
+    exec(compile(source, "problem.py", "exec"), module.__dict__)
+    return module
+
+
+LINEAR = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 32)
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+def get_inputs():
+    return [torch.rand(8, 64)]
+def get_init_inputs():
+    return []
+"""
+
+GELU = """
+import math, torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+def get_inputs():
+    return [torch.rand(256, 1024)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_linear_layers_inputs_weights_and_outputs_are_counted_and_tf32_is_seen():
+    fp = trace_footprint(_module(LINEAR))
+    assert fp is not None
+    assert fp.input_bytes == 8 * 64 * 4
+    assert fp.weight_bytes == (64 * 32 + 32) * 4
+    assert fp.output_bytes == 8 * 32 * 4
+    assert fp.truth_bytes == 8 * 32 * 8  # the truth is float64
+    assert fp.tf32 and "addmm" in fp.ops  # nn.Linear is a GEMM: TF32 changes its float32 result
+    assert fp.forward_bytes >= fp.output_bytes
+
+
+def test_an_elementwise_forward_runs_no_tf32_operator_and_its_intermediates_show_in_its_peak():
+    fp = trace_footprint(_module(GELU))
+    assert fp is not None and not fp.tf32
+    one = 256 * 1024 * 4
+    assert fp.input_bytes == one and fp.output_bytes == one
+    # pow, mul, add, mul, tanh, add, mul, mul: several temporaries of the input's size live at once
+    assert 2 * one <= fp.forward_bytes <= 10 * one
+    assert fp.float64_bytes == 2 * fp.forward_bytes
+    assert fp.truth_call_bytes > fp.call_bytes
+
+
+def test_a_problem_of_hundreds_of_gib_is_traced_without_allocating_it():
+    huge = GELU.replace("torch.rand(256, 1024)", "torch.rand(1 << 20, 1 << 16)")  # 256 GiB
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fp = trace_footprint(_module(huge))
+    assert fp is not None and fp.input_bytes == 256 << 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KiB: under 200 MiB
+    assert format_bytes(fp.input_bytes) == "256 GiB"
+
+
+def test_code_that_needs_real_values_or_places_its_inputs_itself_is_of_unknown_size():
+    item = GELU.replace("return 0.5 * x", "if x.sum().item() > 0:\n            pass\n        return 0.5 * x")
+    placed = GELU.replace("torch.rand(256, 1024)", "torch.rand(256, 1024, device='cpu')")
+    assert trace_footprint(_module(item)) is None
+    assert trace_footprint(_module(placed)) is None
+
+
+def test_a_trace_past_its_budget_is_of_unknown_size():
+    loop = GELU.replace("return 0.5 * x", "for _ in range(100000):\n            x = x + 1\n        return 0.5 * x")
+    assert trace_footprint(_module(loop), budget_s=0.2) is None
+    assert torch.get_default_device().type == "cpu"  # the meta device did not leak out of the trace
+
+
+def test_sizes_read_as_a_person_writes_them():
+    assert [format_bytes(n) for n in (512, 3 * 1024 + 300, 12 * MIB, 31 << 30)] == ["512 B", "3.3 KiB", "12 MiB",
+                                                                                      "31 GiB"]

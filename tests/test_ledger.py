@@ -1,0 +1,91 @@
+"""What preparing a problem for the verified protocol costs, in reference calls (kbv.ledger): counted
+by purpose, distribution and precision; shared between the truth, the calibration and the screen;
+none for a candidate while the plan holds the trials' truth; bounded, naming the step."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kbv.footprint import problem_footprint
+from kbv.ledger import CallLedger, PreparationTimeout, bounded
+from kbv.memory_plan import Hold, Need, VerifiedPlan
+from kbv.problems import load_problem_file
+from kbv.protocols.verified.prepare import prepare_trials
+from kbv.protocols.verified.rules import VerifiedProtocol
+from sources import write_tree
+
+INPUTS = "\ndef get_inputs():\n    return [torch.rand(16, 64)]\ndef get_init_inputs():\n    return []\n"
+GELU = ("import math, torch, torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+        "        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))\n" + INPUTS)
+# log of negative inputs is NaN: `signed` steps to its positive variant, one refused call of calibration's own
+LOG = "import torch, torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return torch.log(x)\n" + INPUTS
+MATMUL = ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+          "        self.fc = nn.Linear(64, 32)\n    def forward(self, x):\n        return self.fc(x)\n" + INPUTS)
+
+
+def _prepare(tmp_path: Path, source: str, hold: Hold = Hold.ALL, ledger: CallLedger | None = None):
+    path = write_tree(tmp_path, {"level1/1_P.py": source}) / "level1" / "1_P.py"
+    problem = load_problem_file(path)
+    fp = problem_footprint(problem)
+    plan = VerifiedPlan(hold, 10 if hold is not Hold.NONE else 0, "device", 1 << 30, Need(0, 0))
+    return prepare_trials(problem, VerifiedProtocol(), torch.device("cpu"), b"\x07" * 16, plan=plan, footprint=fp,
+                          ledger=ledger)
+
+
+def test_an_elementwise_problem_costs_two_calls_a_trial_and_two_a_distribution_for_the_screen(tmp_path):
+    prepared = _prepare(tmp_path, GELU)
+    s = prepared.ledger.summary()
+    # 5 distributions x 2 trials: a baseline and a float64 truth each; the screen runs the reference once
+    # more on the same inputs (determinism) and once at the next trial's inputs; calibration's accepted call
+    # is each first trial's own baseline call; no TF32 call: the forward runs no operator TF32 changes
+    assert s["by_purpose"] == {"baseline": 10, "truth": 10, "screen": 10}
+    assert s["by_precision"] == {"float64": 10, "tf32": 20}
+    assert s["by_distribution"] == {d: 6 for d in ("default", "signed", "large", "small", "range")}
+    assert prepared.screen is not None and prepared.screen.flags == ()
+
+
+def test_a_refused_variant_is_calibrations_own_call_and_the_accepted_one_is_the_trials(tmp_path):
+    s = _prepare(tmp_path, LOG).ledger.summary()
+    assert s["by_purpose"]["calibration"] >= 1  # `signed` drew negatives first: NaN, refused
+    assert s["by_purpose"]["baseline"] == s["by_purpose"]["truth"]
+
+
+def test_a_matmul_on_a_cpu_still_asks_whether_tf32_matters(tmp_path):
+    s = _prepare(tmp_path, MATMUL).ledger.summary()
+    assert s["by_purpose"]["tf32"] >= 10  # the strict-fp32 call of every trial
+    assert s["by_precision"]["fp32"] >= 10
+
+
+@pytest.mark.parametrize("hold, calls", [(Hold.ALL, 0), (Hold.TRUTH, 0), (Hold.NONE, 20)])
+def test_a_candidate_costs_no_reference_call_while_the_truth_is_held(tmp_path, hold, calls):
+    prepared = _prepare(tmp_path, GELU, hold)
+    made = prepared.ledger.total
+    for t in prepared.trials:  # what a candidate's correctness reads
+        assert t.inputs and t.evaluation.truth
+        t.state  # noqa: B018
+        t.release()
+    assert prepared.ledger.total - made == calls
+
+
+def test_remade_inputs_and_weights_are_the_ones_the_truth_was_made_from(tmp_path):
+    kept = _prepare(tmp_path / "a", MATMUL, Hold.ALL)
+    remade = _prepare(tmp_path / "b", MATMUL, Hold.TRUTH)
+    for a, b in zip(kept.trials, remade.trials):
+        assert torch.equal(a.inputs[0], b.inputs[0])
+        assert all(torch.equal(a.state[k], b.state[k]) for k in a.state)
+        assert torch.equal(a.evaluation.truth[0], b.evaluation.truth[0])
+        assert b.evaluation.baseline[0].device.type == "meta"  # held: its shape, not its values
+
+
+def test_preparation_past_its_bound_is_a_problem_failure_naming_the_step(tmp_path):
+    ledger = bounded("level1/1_P.py", "verified", 5.0)
+    ledger.deadline = time.monotonic() - 1  # already spent
+    with pytest.raises(PreparationTimeout) as info:
+        _prepare(tmp_path, GELU, ledger=ledger)
+    message = str(info.value)
+    assert message.startswith("level1/1_P.py: preparing it for the verified protocol ran past its 5 s")
+    assert "(--prepare-timeout) in calibration (default)" in message

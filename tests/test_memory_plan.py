@@ -1,0 +1,82 @@
+"""Memory that fits, decided before it is spent (kbv.memory_plan): a problem's preparation holds all
+it can within the memory available, less on a smaller machine, and a problem that cannot fit is
+refused with its figures before anything is allocated."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbv.footprint import Footprint
+from kbv.memory_plan import (
+    FIT_SHARE,
+    Available,
+    Hold,
+    ProblemTooLarge,
+    plan_standard,
+    plan_verified,
+    standard_need,
+    verified_need,
+)
+
+GIB = 1 << 30
+POOL = 6 * GIB
+
+
+def _elementwise(input_bytes: int, weight_bytes: int = 0) -> Footprint:
+    """An fp32 elementwise problem: outputs as large as the inputs, a few temporaries."""
+    return Footprint(input_bytes=input_bytes, weight_bytes=weight_bytes, output_bytes=input_bytes,
+                     forward_bytes=3 * input_bytes, float64_inputs_bytes=2 * input_bytes,
+                     float64_weights_bytes=2 * weight_bytes, float64_output_bytes=2 * input_bytes,
+                     float64_bytes=6 * input_bytes, tf32=False)
+
+
+RELU_19 = _elementwise(6 * GIB)  # KernelBench's L1/19_ReLU: a 6 GiB input
+GELU_88 = _elementwise(256 << 20)  # KernelBench's L1/88_MinGPTNewGelu: 256 MiB
+SMALL = _elementwise(1 << 20)
+
+
+def test_a_small_problem_holds_everything():
+    plan = plan_verified(SMALL, 10, Available(None, 20 * GIB), POOL, "p.py")
+    assert plan.hold is Hold.ALL and plan.held == 10
+    assert plan_standard(SMALL, 5, Available(None, 20 * GIB), "p.py").held == 5
+
+
+def test_a_problem_whose_trials_do_not_fit_keeps_their_truth_or_fewer_of_them_never_more_than_there_is():
+    for gib in (24, 12, 8, 6):
+        available = Available(None, gib * GIB)
+        plan = plan_verified(GELU_88, 10, available, POOL, "p.py")
+        assert plan.need.host <= FIT_SHARE * available.host_bytes
+    roomy = plan_verified(GELU_88, 10, Available(None, 64 * GIB), POOL, "p.py")
+    tight = plan_verified(GELU_88, 10, Available(None, 6 * GIB), POOL, "p.py")
+    assert roomy.hold is Hold.ALL
+    assert tight.hold is not Hold.ALL and tight.need.host < roomy.need.host
+
+
+def test_on_a_gpu_short_of_room_the_truth_goes_to_host_memory():
+    plan = plan_verified(RELU_19, 10, Available(139 * GIB, 120 * GIB), POOL, "p.py")
+    assert plan.hold is Hold.TRUTH and plan.truth_home == "host"
+    assert plan.need.device <= FIT_SHARE * 139 * GIB and plan.need.host <= FIT_SHARE * 120 * GIB
+    assert plan.need.host == plan.held * RELU_19.truth_bytes
+
+
+def test_a_problem_too_large_for_the_machine_is_refused_with_its_figures():
+    available = Available(None, 22 * GIB)  # a 24 GiB box
+    with pytest.raises(ProblemTooLarge) as verified:
+        plan_verified(RELU_19, 10, available, POOL, "level1/19_ReLU.py")
+    with pytest.raises(ProblemTooLarge) as standard:
+        plan_standard(RELU_19, 5, available, "level1/19_ReLU.py")
+    for info in (verified, standard):
+        message = str(info.value)
+        assert message.startswith("level1/19_ReLU.py: too large for this machine")
+        assert "of host memory" in message and "22 GiB free" in message and "\n" not in message
+    # the figure given is the least plan's, larger than what may be used
+    least = verified_need(RELU_19, Hold.NONE, 0, "device", 2, on_cuda=False)
+    assert f"needs about {least.host >> 30} GiB" in str(verified.value)
+
+
+def test_the_least_standard_plan_makes_each_trial_for_each_candidate():
+    fp = _elementwise(GIB)
+    plan = plan_standard(fp, 5, Available(None, 16 * GIB), "p.py")
+    assert 0 <= plan.held < 5
+    assert standard_need(fp, plan.held, plan.home, False).host <= FIT_SHARE * 16 * GIB
+    assert plan_standard(fp, 5, Available(None, 64 * GIB), "p.py").held == 5
