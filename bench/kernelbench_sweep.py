@@ -1,0 +1,319 @@
+"""The identity sweep over KernelBench's problems: ModelNew is each problem's own Model, under both protocols.
+
+For every problem (or `--only` a selection): the identity candidate (the problem's own source with
+`ModelNew = Model`) through `kbv eval --protocol both`, with the bench-only `time_unattributed`
+setting, so that the verified protocol times it against its live baseline although no kernel of its
+own runs (its status stays `no_custom_kernel`, as an identity's must). One row a problem:
+
+- standard's status and speedup (KernelBench's number for the same code: 1.00 up to its timer's noise);
+- verified's status and the identity's time against the baseline's (1.00 is the truth), with its interval;
+- the screen's flags, and what preparing the problem cost (reference calls, seconds, its share of the pair);
+- or, for a problem kbv refuses, the figures it gave (a problem too large for the machine).
+
+The outcome: `judged`; `refused` (with its figures); `failed` (the problem's own code failed); or
+`false flag`, a bug: the identity `incorrect`, `hack`, `integrity_violation` or `crashed` under verified,
+`unsound_problem` on a problem the soundness screen (`--soundness`, its JSONL) called sound, or not
+`correct` under standard.
+
+Resumable: the run directory keeps every verdict (a rerun evaluates what is missing); `--resume` keeps
+the rows of an earlier `--out` whose problems were judged or refused (a fresh machine goes on from the
+published JSON); `--markdown` writes the page (docs/kernelbench_sweep.md).
+
+    PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda \
+        --out sweep.json --markdown docs/kernelbench_sweep.md [--resume docs/kernelbench_sweep.json]
+    PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cpu --only L1/12,L1/88,L1/19
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+FALSE_FLAGS = {"incorrect", "hack", "integrity_violation", "crashed"}
+IDENTITY_BAND = 0.05  # the verified identity ratio's target: 1.00 +- this
+KEPT = ("judged", "refused")  # outcomes a resumed sweep keeps
+
+
+def identity_source(problem_code: str) -> str:
+    """The identity candidate: the problem's own module, its Model named ModelNew as well."""
+    return problem_code.rstrip() + "\n\n\n# kbv sweep: the problem's own Model, as the candidate\nModelNew = Model\n"
+
+
+def select(problems: list[Any], only: str) -> list[Any]:
+    """The problems `only` names (comma-separated keys 'L1/19_ReLU', 'L1/19', or substrings of names)."""
+    if not only:
+        return problems
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+
+    def named(p: Any) -> bool:
+        for w in wanted:
+            if w == p.key or w in p.name:
+                return True
+            level, _, ident = w.partition("/")
+            if level == f"L{p.level}" and ident.isdigit() and p.problem_id == int(ident):
+                return True
+        return False
+
+    return [p for p in problems if named(p)]
+
+
+def write_candidates(problems: list[Any], root: Path) -> None:
+    """One identity candidate a problem, named for pairing: levelN/<stem>__identity.py."""
+    for p in problems:
+        path = root / f"level{p.level}" / f"{p.name}__identity.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        source = identity_source(p.code)
+        if not path.exists() or path.read_text() != source:
+            path.write_text(source)
+
+
+def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sound: dict[str, str]) -> dict[str, Any]:
+    """One problem's row (see the module's docstring)."""
+    from kbv.footprint import problem_footprint
+
+    fp = problem_footprint(problem)
+    row: dict[str, Any] = {"problem": problem.key, "input_bytes": fp.input_bytes if fp else None,
+                           "weight_bytes": fp.weight_bytes if fp else None}
+    for protocol in ("standard", "verified"):
+        v = verdicts.get(protocol)
+        if v is None:
+            row[protocol] = {"status": "failed" if protocol in failures else "missing",
+                             "message": failures.get(protocol, "")[:400]}
+            continue
+        entry: dict[str, Any] = {"status": v.status.value, "message": v.message[:300]}
+        if v.timing is not None and v.timing.speedups:
+            name = next(iter(v.timing.speedups))
+            entry["ratio"] = round(v.timing.speedups[name], 4)
+            ci = (v.timing.speedup_ci or {}).get(name)
+            entry["ci"] = [round(x, 4) for x in ci] if ci else None
+        if protocol == "verified":
+            prep = v.evidence.get("preparation") or {}
+            pair_s = float(v.evidence.get("pair_s") or 0.0)
+            entry["flags"] = list(v.flags)
+            entry["prepare_calls"] = prep.get("calls")
+            entry["prepare_s"] = prep.get("seconds")
+            entry["pair_s"] = round(pair_s, 2)
+        row[protocol] = entry
+    row["outcome"], row["why"] = outcome(row, failures, sound)
+    return row
+
+
+def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]) -> tuple[str, str]:
+    """(outcome, why) of a row (pure)."""
+    too_large = [m for m in failures.values() if "too large for this machine" in m]
+    if too_large:
+        return "refused", too_large[0][:400]
+    if failures:
+        return "failed", next(iter(failures.values()))[:400]
+    std, ver = row["standard"], row["verified"]
+    if "missing" in (std["status"], ver["status"]):
+        return "missing", "not evaluated yet"
+    if ver["status"] in FALSE_FLAGS:
+        return "false flag", f"verified {ver['status']}: {ver['message']}"
+    if ver["status"] == "unsound_problem" and sound.get(row["problem"]) == "sound":
+        return "false flag", f"unsound_problem on a problem the screen calls sound: {ver['message']}"
+    if std["status"] != "correct":
+        return "false flag", f"standard {std['status']}: {std['message']}"
+    return "judged", ""
+
+
+def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
+    """Evaluate the identity of every problem in `problems` (resuming the run directory); their rows."""
+    from kbv.api import EvalConfig, evaluate, load_report
+
+    work = Path(args.work)
+    write_candidates(problems, work / "candidates")
+    config = EvalConfig(candidates=str(work / "candidates"), problems=args.problems, protocol="both",
+                        device=args.device, run_dir=str(work / "run"), timer_budget_s=args.timer_budget,
+                        timeout_s=args.timeout, prepare_timeout_s=args.prepare_timeout, seed=args.seed,
+                        time_unattributed=True)
+
+    def progress(done: int, total: int, what: Any) -> None:
+        if what is not None:
+            label = getattr(what, "status", None)
+            print(f"  [{done}/{total}] {getattr(what, 'problem', '')} "
+                  f"{getattr(what, 'protocol', '')} {label.value if label is not None else 'problem failed'}",
+                  flush=True)
+
+    evaluate(config, progress=progress)
+    report = load_report(work / "run")
+    wanted = {p.key for p in problems}
+    verdicts: dict[str, dict[str, Any]] = {}
+    for v in report.verdicts:
+        if v.problem in wanted:
+            verdicts.setdefault(v.problem, {})[v.protocol] = v
+    failures: dict[str, dict[str, str]] = {}
+    for f in report.problem_failures:
+        if f.problem in wanted:
+            failures.setdefault(f.problem, {})[f.protocol or "standard"] = f.message
+    sound = soundness(args.soundness)
+    return [row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound) for p in problems]
+
+
+def soundness(path: str | None) -> dict[str, str]:
+    """problem -> outcome of the soundness screen's JSONL (the last line of each problem), or nothing."""
+    if not path or not Path(path).is_file():
+        return {}
+    out: dict[str, str] = {}
+    for line in Path(path).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and "problem" in rec and "outcome" in rec:
+            out[rec["problem"]] = rec["outcome"]
+    return out
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts by outcome, the verified identity ratios (median, share within the band), preparation's share."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    ratios = [r["verified"]["ratio"] for r in rows if r["outcome"] == "judged" and r["verified"].get("ratio")]
+    shares = [r["verified"]["prepare_s"] / r["verified"]["pair_s"] for r in rows
+              if r["outcome"] == "judged" and r["verified"].get("prepare_s") and r["verified"].get("pair_s")]
+    return {"problems": len(rows), "outcomes": counts,
+            "verified_ratio_median": round(statistics.median(ratios), 4) if ratios else None,
+            "verified_ratio_within_band": sum(1 for x in ratios if abs(x - 1) <= IDENTITY_BAND),
+            "verified_ratios": len(ratios),
+            "prepare_share_median": round(statistics.median(shares), 3) if shares else None}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    from kbv.footprint import format_bytes
+
+    head = f"{'problem':44s} {'inputs':>8s} {'standard':>10s} {'verified':>17s} {'ratio':>6s} {'prep':>7s}  outcome"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        std, ver = r["standard"], r["verified"]
+        size = format_bytes(r["input_bytes"]) if r.get("input_bytes") is not None else "?"
+        ratio = f"{ver['ratio']:.2f}" if ver.get("ratio") else "-"
+        prep = f"{ver['prepare_s']:.0f} s" if ver.get("prepare_s") else "-"
+        print(f"{r['problem'][:44]:44s} {size:>8s} {std['status'][:10]:>10s} {ver['status'][:17]:>17s} {ratio:>6s} "
+              f"{prep:>7s}  {r['outcome']}{': ' + r['why'][:100] if r['why'] else ''}")
+    s = summary(rows)
+    print(f"\n{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
+          + (f"; verified identity ratio median {s['verified_ratio_median']:.3f}, {s['verified_ratio_within_band']}/"
+             f"{s['verified_ratios']} within 1.00 +- {IDENTITY_BAND}" if s["verified_ratio_median"] else "")
+          + (f"; preparation {100 * s['prepare_share_median']:.0f}% of a verified pair (median)"
+             if s["prepare_share_median"] is not None else ""))
+
+
+def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device: str) -> None:
+    from kbv.footprint import format_bytes
+
+    s = summary(rows)
+    lines = ["# KernelBench's problems, each with its own Model as the candidate", "",
+             "Every problem's identity (ModelNew = Model) under both protocols: standard's status and speedup, "
+             "verified's status (`no_custom_kernel`, as an identity's must be) and its time against the live "
+             "TF32 baseline (timed through the bench-only `time_unattributed` setting; 1.00 is the truth), "
+             "and what preparing the problem cost. A problem too large for the machine is refused with its "
+             "figures. A `false flag` (the identity incorrect, a hack, an integrity violation, crashed, or "
+             "unsound on a problem the screen calls sound) is a bug.", "",
+             f"Made on {device} with: `{command}`", "",
+             f"{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
+             + (f". Verified identity ratio: median {s['verified_ratio_median']:.3f}, "
+                f"{s['verified_ratio_within_band']} of {s['verified_ratios']} within 1.00 ± {IDENTITY_BAND}."
+                if s["verified_ratio_median"] else "")
+             + (f" Preparation: {100 * s['prepare_share_median']:.0f}% of a verified pair's time (median)."
+                if s["prepare_share_median"] is not None else ""), "",
+             "| problem | inputs | standard | verified | ratio [interval] | preparation | outcome |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        std, ver = r["standard"], r["verified"]
+        size = format_bytes(r["input_bytes"]) if r.get("input_bytes") is not None else "?"
+        ratio = f"{ver['ratio']:.3f}" if ver.get("ratio") else "-"
+        if ver.get("ci"):
+            ratio += f" [{ver['ci'][0]:.3f}, {ver['ci'][1]:.3f}]"
+        prep = (f"{ver['prepare_calls']} calls, {ver['prepare_s']:.0f} s" if ver.get("prepare_calls") is not None
+                and ver.get("prepare_s") is not None else "-")
+        std_cell = std["status"] + (f" {std['ratio']:.2f}x" if std.get("ratio") else "")
+        why = (": " + r["why"].replace("|", "/")[:300]) if r["why"] else ""
+        lines.append(f"| {r['problem']} | {size} | {std_cell} | {ver['status']} | {ratio} | {prep} | "
+                     f"{r['outcome']}{why} |")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("problems", help="KernelBench's repository, its problem folder, or any problem tree")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--only", default="", help="comma-separated: L1/19_ReLU, L1/19, or substrings of names")
+    ap.add_argument("--work", default="kbv-runs/kernelbench-sweep", help="candidates and the run directory")
+    ap.add_argument("--timer-budget", type=float, default=5.0)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--prepare-timeout", type=float, default=0.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--soundness", default="docs/kernelbench_soundness.jsonl",
+                    help="the soundness screen's JSONL: unsound_problem where it said sound is a false flag")
+    ap.add_argument("--resume", default=None, help="an earlier --out: its judged and refused rows are kept")
+    ap.add_argument("--out", default=None, help="write the rows (and the summary) as JSON here")
+    ap.add_argument("--markdown", default=None, help="write the page here (docs/kernelbench_sweep.md)")
+    args = ap.parse_args(argv)
+    from kbv.errors import KbvError
+    from kbv.problems import load_problems
+
+    try:
+        problems = select(load_problems(args.problems), args.only)
+    except KbvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not problems:
+        print(f"error: no problem of {args.problems} matches --only {args.only}", file=sys.stderr)
+        return 2
+    kept = _kept(args.resume, {p.key for p in problems})
+    todo = [p for p in problems if p.key not in kept]
+    if kept:
+        print(f"{len(kept)} problems kept from {args.resume}; {len(todo)} to evaluate", flush=True)
+    rows = run(args, todo) if todo else []
+    every = sorted([*kept.values(), *rows], key=lambda r: _order(r["problem"]))
+    print_table(every)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"rows": every, "summary": summary(every)}, indent=1))
+    if args.markdown:
+        write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
+    return 1 if any(r["outcome"] == "false flag" for r in every) else 0
+
+
+def _kept(path: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
+    if not path or not Path(path).is_file():
+        return {}
+    rows = json.loads(Path(path).read_text()).get("rows", [])
+    return {r["problem"]: r for r in rows if r.get("problem") in keys and r.get("outcome") in KEPT}
+
+
+def _order(key: str) -> tuple[int, int, str]:
+    level, _, name = key.partition("/")
+    ident = name.split("_", 1)[0]
+    return (int(level.removeprefix("L") or 0), int(ident) if ident.isdigit() else 1 << 30, name)
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command that remakes the page, without this machine's paths."""
+    only = f" --only {args.only}" if args.only else ""
+    return (f"PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device {args.device}{only} "
+            f"--timer-budget {args.timer_budget:g} --out sweep.json --markdown docs/kernelbench_sweep.md")
+
+
+def _device_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device)) if torch.cuda.is_available() else device
+    import platform
+
+    return f"a CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
