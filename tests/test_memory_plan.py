@@ -11,7 +11,9 @@ from kbv.memory_plan import (
     FIT_SHARE,
     Available,
     Hold,
+    Need,
     ProblemTooLarge,
+    VerifiedPlan,
     plan_standard,
     plan_verified,
     standard_need,
@@ -80,3 +82,63 @@ def test_the_least_standard_plan_makes_each_trial_for_each_candidate():
     assert 0 <= plan.held < 5
     assert standard_need(fp, plan.held, plan.home, False).host <= FIT_SHARE * 16 * GIB
     assert plan_standard(fp, 5, Available(None, 64 * GIB), "p.py").held == 5
+
+
+# -- on a GPU -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_with_the_truth_alone_held_in_host_memory_a_candidate_is_judged_as_before(tmp_path, monkeypatch, device):
+    """A plan's lower rung through a whole run: every trial's truth alone held in host memory (on a GPU,
+    copied back to the device for each comparison), inputs and weights redrawn from their seeds. An
+    honest Triton kernel is verified and costs no reference call; a wrong one is still caught."""
+    from pathlib import Path as _Path
+
+    import kbv.protocols.verified.runner as runner
+    from kbv.api import EvalConfig, evaluate
+    from kbv.verdict import Status
+
+    def truth_in_host_memory(fp, trials, available, pool_budget_bytes, problem):
+        return VerifiedPlan(Hold.TRUTH, trials, "host", 2 * max(fp.input_bytes, 1), Need(0, 0))
+
+    monkeypatch.setattr(runner, "plan_verified", truth_in_host_memory)
+    examples = _Path(__file__).resolve().parents[1] / "examples"
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    for name in ("6_Softmax__triton.py", "11_MSELoss__hack_constant.py"):
+        (cands / name).write_text((examples / name).read_text())
+    result = evaluate(EvalConfig(candidates=str(cands), problems="smoke", protocol="verified", device=device,
+                                 run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"), timer_budget_s=2))
+    by = {v.candidate: v for v in result.verdicts}
+    honest, hack = by["6_Softmax__triton"], by["11_MSELoss__hack_constant"]
+    assert honest.status is Status.VERIFIED, honest.message
+    assert "in host memory" in honest.evidence["preparation"]["memory"]
+    assert honest.evidence["reference_calls"] <= 16  # the timer's rechecks only: no trial remade
+    assert hack.status is Status.INCORRECT
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_full_size_relu_that_ran_an_80_gb_device_out_of_memory_is_judged_or_refused_never_crashed(tmp_path):
+    """The H100 run of 2026-12-05: the bundled full suite's ReLU (2.6 GiB of input) ran kbv's own process
+    to 55.8 GiB of an 80 GB device, and the pairs came out `crashed`, `cuda_error` and `runtime_error`."""
+    from pathlib import Path as _Path
+
+    from kbv.api import EvalConfig, evaluate
+    from kbv.store import open_store
+    from kbv.verdict import Status
+
+    examples = _Path(__file__).resolve().parents[1] / "examples"
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    (cands / "2_ReLU__cuda.py").write_text((examples / "2_ReLU__cuda.py").read_text())
+    result = evaluate(EvalConfig(candidates=str(cands), problems="full", protocol="both", device="cuda",
+                                 run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"), timer_budget_s=3))
+    judged = {v.protocol: v.status for v in result.verdicts}
+    with open_store(tmp_path / "run", create=False) as store:
+        refused = {f.protocol: f.message for f in store.problem_failures()}
+    assert set(judged) | set(refused) == {"standard", "verified"}, (judged, refused)
+    assert judged.get("standard", Status.CORRECT) is Status.CORRECT
+    assert judged.get("verified", Status.VERIFIED) is Status.VERIFIED
+    assert all("too large for this machine" in m for m in refused.values()), refused
