@@ -104,13 +104,8 @@ class TrialData:
     @property
     def inputs(self) -> list[Any]:
         if self._inputs is None:
-            if self._ev is not None and self._draw is not None:
-                with parent_work():
-                    self._inputs = self._draw()
-            else:
-                self._get()
-        assert self._inputs is not None
-        return self._inputs
+            self._inputs = self._remade(self._draw)
+        return self._inputs if self._inputs is not None else self._made(0)
 
     def drawn_inputs(self) -> list[Any]:
         """Its inputs without its evaluation: held ones, else a draw (no reference call)."""
@@ -121,13 +116,21 @@ class TrialData:
     @property
     def state(self) -> dict[str, torch.Tensor]:
         if self._state is None:
-            if self._ev is not None and self._build_state is not None:
-                with parent_work():
-                    self._state = self._build_state()
-            else:
-                self._get()
-        assert self._state is not None
-        return self._state
+            self._state = self._remade(self._build_state)
+        return self._state if self._state is not None else self._made(1)
+
+    def _remade(self, remake: Callable[[], Any] | None) -> Any:
+        """A part remade from the seeds (a draw, a build: no reference call) where the evaluation is
+        held; None where it is not (the whole trial is made then)."""
+        if self._ev is None or remake is None:
+            return None
+        with parent_work():
+            return remake()
+
+    def _made(self, part: int) -> Any:
+        """Part `part` (0 inputs, 1 state) of the trial, made whole now."""
+        self._get()
+        return (self._inputs, self._state)[part]
 
     @property
     def evaluation(self) -> Evaluation:
