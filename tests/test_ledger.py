@@ -89,3 +89,23 @@ def test_preparation_past_its_bound_is_a_problem_failure_naming_the_step(tmp_pat
     message = str(info.value)
     assert message.startswith("level1/1_P.py: preparing it for the verified protocol ran past its 5 s")
     assert "(--prepare-timeout) in calibration (default)" in message
+
+
+def test_the_heartbeat_names_the_step_preparation_is_in(tmp_path, monkeypatch):
+    """What a run that waits says: `prepare: truth 6/10 (large)`, read from the pair's clock."""
+    from kbv.stages import StageClock, measuring, stage
+
+    clock = StageClock()
+    seen: list[str] = []
+    real = CallLedger.count
+
+    def glance(self: CallLedger, precision: str) -> None:  # at every reference call, what a glance shows
+        where = clock.now()
+        seen.append(where[0] if where else "")
+        real(self, precision)
+
+    monkeypatch.setattr(CallLedger, "count", glance)
+    with measuring(clock), stage("prepare"):
+        _prepare(tmp_path, GELU)
+    assert "prepare: truth 6/10 (large)" in seen and "prepare: screen (range)" in seen
+    assert clock.now() is None and "prepare" in clock.seconds
