@@ -512,16 +512,22 @@ class Child:
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Warm up by time; with `costs` (a baseline child: it runs no candidate code), on a GPU, measure
-        what the timed window costs by itself, anew before each timing (the device is quiet then)."""
-        from kbv.sandbox.timers import measure_window_costs, warm_up
+        what the timed window costs by itself (`costs` probes, the least of each)."""
+        from kbv.sandbox.timers import warm_up
 
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
-        reply: dict[str, Any] = {"calls": calls}
-        if cmd.get("costs") and self.clock.cuda:
-            costs = measure_window_costs(self.clock)
-            reply["window_costs_ms"] = [costs.launch, costs.sync]
-        return reply
+        return {"calls": calls, **self._window_costs(cmd.get("costs"))}
+
+    def _window_costs(self, probes: Any) -> dict[str, Any]:
+        """On a GPU, with `probes` (a count, or True for the default), what the timed window costs by
+        itself now, as the reply's `window_costs_ms` [launch, sync]."""
+        from kbv.sandbox.timers import COST_PROBES, measure_window_costs
+
+        if not probes or not self.clock.cuda:
+            return {}
+        costs = measure_window_costs(self.clock, COST_PROBES if probes is True else int(probes))
+        return {"window_costs_ms": [costs.launch, costs.sync]}
 
     def _window(self, cmd: dict[str, Any]) -> Any:
         """The timed window a command asks for: this child's flush, the costs the parent sends."""
@@ -531,7 +537,9 @@ class Child:
         return Window(self.flush, WindowCosts(float(costs[0]), float(costs[1])) if costs else None)
 
     def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
+        """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out.
+        With `probe_costs` (a baseline child's blocks), the window's own costs measured right after
+        the block, beside the blocks they correct."""
         from kbv.sandbox.timers import time_block
 
         recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
@@ -551,8 +559,9 @@ class Child:
         from kbv.sandbox.guards import is_timer
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]
-        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "persisting_l2": block.persisting_l2,
-                "tampered": sorted(set(self.clock.tampered()) | set(timers)), **delivered}
+        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "stream_ms": block.stream_ms,
+                "persisting_l2": block.persisting_l2, "tampered": sorted(set(self.clock.tampered()) | set(timers)),
+                **self._window_costs(cmd.get("probe_costs")), **delivered}
 
     def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Each fresh input set timed twice in a row, unchanged, then another fresh set (`fresh`, one
