@@ -379,6 +379,8 @@ def test_the_timer_takes_the_costs_probed_beside_each_round_out_of_both_sides(bu
     result = measure_speed(cand, {"eager-tf32": base}, config, 3, lambda i, o: None, [], time.monotonic() + 60)
     assert not any(c.get("probe_costs") for c in cand.commands)
     assert all(c.get("probe_costs") for c in base.commands if c["op"] == "time_block")
+    # both children stand as a profiled one does before either is timed (a GPU's CUPTI, left attached)
+    assert [c.get("profiled") for c in cand.commands + base.commands if c["op"] == "warmup"] == [True, True]
     if short:
         assert result.speedups == {} and "candidate" in result.too_short
         assert any("too short to time" in n for n in result.notes)

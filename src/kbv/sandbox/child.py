@@ -73,6 +73,7 @@ class Child:
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
         self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
+        self.profiled = False  # this child has been through the profiler (`_as_profiled`)
         self.first_call: Any = None  # memory before the model's first call (kbv.sandbox.memory.FirstCall)
         self.source = ""  # "candidate" or "reference", from the first load
         if self.device.type == "cuda":
@@ -377,6 +378,7 @@ class Child:
             self.guards.phase = "call"
             t = _now()
             result = profile_forward(self.model, args, self.device, self.clock)
+            self.profiled = True
             seconds["profiled_call"] = _now() - t
             self.guards.phase = "harness"
             if self.device.type == "cuda":  # a CPU's attribution is by launch counts alone
@@ -512,9 +514,12 @@ class Child:
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Warm up by time; with `costs` (a baseline child: it runs no candidate code), on a GPU, measure
-        what the timed window costs by itself (`costs` probes, the least of each)."""
+        what the timed window costs by itself (`costs` probes, the least of each). With `profiled`,
+        first bring the child to where a profiled one stands (`_as_profiled`)."""
         from kbv.sandbox.timers import warm_up
 
+        if cmd.get("profiled"):
+            self._as_profiled()
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
         return {"calls": calls, **self._window_costs(cmd.get("costs"))}
@@ -611,12 +616,32 @@ class Child:
         """The harness's own objects holding tensors: their memory is never the model's."""
         return [self.kept, self.pool, self.flush, self.previous_inputs, list(self.slots.values())]
 
+    def _as_profiled(self) -> None:
+        """On a GPU, once: this child goes through PyTorch's profiler as a candidate's does in its
+        attribution (the profiler's first session, then one profiled forward), so that every child
+        that times stands alike. A Kineto session leaves CUPTI attached to the process when it ends
+        (it is torn down only under TEARDOWN_CUPTI=1), and an attached CUPTI lengthens every later
+        launch and synchronise by microseconds: identity candidates timed after their attribution
+        against baselines never profiled came out 0.49-0.69x on launch-bound problems and 0.94-0.98x
+        on a 0.38 ms matmul (an H100). A candidate's child is profiled already (nothing happens)."""
+        if self.device.type != "cuda" or self.profiled or self.model is None or not self.pool:
+            return
+        from kbv.sandbox.profiling import profile_forward
+
+        self._warm_profiler()
+        if self._profiler_warm is not None:
+            self._profiler_warm.join()
+        with self.torch.no_grad():
+            profile_forward(self.model, self.pool[0], self.device, self.clock)
+        self.sync()
+        self.profiled = True
+
     def _warm_profiler(self) -> None:
-        """Memory is measured; attribution (the profiler) comes next. The driver-level watch gives CUPTI
-        up, and the profiler's first start (seconds) runs in the background while the parent prepares
-        the attribution's inputs."""
-        if self.device.type != "cuda" or self._profiler_warm is not None or self.source != "candidate":
-            return  # a baseline child is never profiled
+        """Memory is measured; the profiler comes next (a candidate's attribution, a baseline's
+        `_as_profiled`). The driver-level watch gives CUPTI up, and the profiler's first start
+        (seconds) runs in the background while the parent prepares what comes next."""
+        if self.device.type != "cuda" or self._profiler_warm is not None:
+            return
         import threading
 
         from kbv.sandbox.profiling import warm_profiler

@@ -135,7 +135,7 @@ TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.s
                "kbv.sandbox.timers._time_host_synchronised", "kbv.sandbox.timers._time_do_bench",
                "kbv.sandbox.timers._do_bench_estimate", "kbv.sandbox.timers._time_host", "kbv.sandbox.timers._flush_ms",
                "Child.op_time_block", "Child.op_time", "Child.op_warmup", "Child.op_replay", "Child._window",
-               "Child._window_costs",
+               "Child._window_costs", "Child._as_profiled",
                "kbv.sandbox.l2.PersistingL2")
 
 
