@@ -623,7 +623,10 @@ class Child:
         (it is torn down only under TEARDOWN_CUPTI=1), and an attached CUPTI lengthens every later
         launch and synchronise by microseconds: identity candidates timed after their attribution
         against baselines never profiled came out 0.49-0.69x on launch-bound problems and 0.94-0.98x
-        on a 0.38 ms matmul (an H100). A candidate's child is profiled already (nothing happens)."""
+        on a 0.38 ms matmul (an H100). A candidate's child is profiled already (nothing happens).
+        TODO: that this brings identities to 1.00 is what tests/test_identity_gpu.py holds; no GPU has
+        run it yet (tearing CUPTI down after each session, TEARDOWN_CUPTI=1, would leave both sides
+        cleaner, and is untried here: its re-initialisation crashed with CUDA graphs before CUDA 12.6)."""
         if self.device.type != "cuda" or self.profiled or self.model is None or not self.pool:
             return
         from kbv.sandbox.profiling import profile_forward
