@@ -36,6 +36,7 @@ from kbv.clocks import warm_before_timing
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError, UsageError, did_you_mean
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
+from kbv.placement import group_stopped
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
@@ -287,13 +288,13 @@ class StandardRunner:
                                               f"{failed[0].note}")
             with stage("timing"):  # one timed window: the baseline, the candidate, the baseline
                 timed = time_bracketed(lambda: self._time(sb, ctx, deadline),
-                                       lambda: self._time_baseline(ctx, deadline))
+                                       lambda: self._time_baseline(ctx, deadline, sb))
         except ChildFailure as failure:
             return finish_verdict(base, t0, status=failure.status, message=failure.message, evidence=failure.evidence)
         flush_ms = _finite(timed.candidate.get("flush_ms"))
         timing, unstable = _timing(timed, flush_ms, self.protocol.timer.method, self.settings)
         evidence = {**({"flush_ms": flush_ms} if flush_ms is not None else {}),
-                    "baseline_bracket_ms": [[round(a, 6), round(b, 6)] for a, b in timed.bracket_means()],
+                    "baseline_bracket_ms": [[a, b] for a, b in timed.bracket_means()],
                     **({"clock_warmup": timed.warmed.evidence()} if timed.warmed is not None else {})}
         return finish_verdict(base, t0, status=Status.CORRECT, trials=tuple(trials), timing=timing,
                               categories=(Category.UNSTABLE_TIMING,) if unstable else (), evidence=evidence,
@@ -307,11 +308,14 @@ class StandardRunner:
         reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)}, time_left(deadline))
         return reply, warmed
 
-    def _time_baseline(self, ctx: StandardContext, deadline: float) -> dict[str, Any]:
-        """The baseline timed as the candidate is, in its own child; its failure is the problem's."""
+    def _time_baseline(self, ctx: StandardContext, deadline: float, candidate: Sandbox) -> dict[str, Any]:
+        """The baseline timed as the candidate is, in its own child, while the candidate's child, which
+        has run candidate code, is stopped (a thread it left behind must not load the machine under
+        the baseline's timing: that would inflate the candidate's speedup). Its failure is the problem's."""
         assert ctx.baseline is not None
         try:
-            return self._time(ctx.baseline, ctx, deadline)[0]
+            with group_stopped(candidate.proc.pid if candidate.proc is not None else None):
+                return self._time(ctx.baseline, ctx, deadline)[0]
         except ChildFailure as failure:
             raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
 

@@ -8,7 +8,9 @@ window's own costs (the synchronise's return, the quickest launch: idle time) ar
 baseline's child, which runs no candidate code, right after each of its blocks, and the parent takes
 them out of the calls of that round, the candidate's and the baselines' alike (`settle`). Sampling
 stops once every median is known to the target precision, or at a cap. A side whose calls are too
-short to time against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). A random call of every candidate block has its output copied out and
+short to time against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). Before
+any of it, every child stands as a profiled one does (a GPU's CUPTI, which a profiler session leaves
+attached: `kbv.sandbox.child`). A random call of every candidate block has its output copied out and
 checked against the truth. The parent's own wall clock around each block bounds what a child can
 claim: a candidate whose time outside its timed calls exceeds the baseline's in the same rounds
 beyond noise is charged the wall time, and one that exceeds it grossly is a hack, once fresh rounds
