@@ -228,9 +228,9 @@ class _ScriptedChild:
     (launch, sync ms), a GPU's child: each call's window holds them too, and a block asked to probe
     them reports what `probed(k)` says it measured beside its k-th block."""
 
-    def __init__(self, ms: float, outside_ms, costs=None, probed=None) -> None:
+    def __init__(self, ms: float, outside_ms, costs=None, probed=None, probe_ms: float = 0.0) -> None:
         self.ms, self.outside_ms, self.blocks = ms, outside_ms, 0
-        self.costs, self.probed = costs, probed or costs
+        self.costs, self.probed, self.probe_ms = costs, probed or costs, probe_ms
         self.commands: list[dict] = []
 
     def call(self, cmd: dict, timeout_s: float) -> dict:
@@ -246,7 +246,8 @@ class _ScriptedChild:
         reply = {"device_ms": [launch + self.ms + sync] * n, "stream_ms": [launch + self.ms] * n,
                  "host_ms": [self.ms] * n}
         if cmd.get("probe_costs"):
-            reply["window_costs_ms"] = list(self.probed(k))
+            time.sleep(self.probe_ms / 1e3)  # the probes, after the block's calls
+            reply.update(window_costs_ms=list(self.probed(k)), probe_ms=self.probe_ms)
         return reply
 
     def expect(self, like):
@@ -388,3 +389,14 @@ def test_the_timer_takes_the_costs_probed_beside_each_round_out_of_both_sides(bu
         assert result.speedups["eager-tf32"] == pytest.approx(0.8, rel=0.01) and not result.too_short
         assert result.window_costs_ms == pytest.approx((IDLE.launch, IDLE.sync))
         assert result.stats["candidate"].median_ms == pytest.approx(0.005)
+
+
+def test_the_cost_probes_are_not_time_the_baseline_spent_outside_its_windows():
+    """The baseline's child probes the costs after its block, 4 ms a block (0.4 ms a call): counted as
+    its time outside its timed calls, it would cover a candidate hiding as much outside its own."""
+    costs = lambda k: (IDLE.launch, IDLE.sync)  # noqa: E731
+    cand = _ScriptedChild(0.005, lambda k: 0.3 + 0.4, costs)  # 0.4 ms a call where its clock does not look
+    base = _ScriptedChild(0.004, lambda k: 0.3, costs, probe_ms=4.0)
+    config = TimerConfig(stop=StopRule(target=0.05, min_samples=40, min_time_ms=0.0, max_time_s=10.0), warmup_ms=0)
+    result = measure_speed(cand, {"eager-tf32": base}, config, 3, lambda i, o: None, [], time.monotonic() + 60)
+    assert any(c is Category.TIMING_MISMATCH for c, _ in result.findings), result.findings

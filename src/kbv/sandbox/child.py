@@ -526,13 +526,15 @@ class Child:
 
     def _window_costs(self, probes: Any) -> dict[str, Any]:
         """On a GPU, with `probes` (a count, or True for the default), what the timed window costs by
-        itself now, as the reply's `window_costs_ms` [launch, sync]."""
+        itself now, as the reply's `window_costs_ms` [launch, sync], and the host's milliseconds the
+        probes took (`probe_ms`: the parent's wall clock of a block leaves them out)."""
         from kbv.sandbox.timers import COST_PROBES, measure_window_costs
 
         if not probes or not self.clock.cuda:
             return {}
+        t0 = self.clock.perf_counter()
         costs = measure_window_costs(self.clock, COST_PROBES if probes is True else int(probes))
-        return {"window_costs_ms": [costs.launch, costs.sync]}
+        return {"window_costs_ms": [costs.launch, costs.sync], "probe_ms": (self.clock.perf_counter() - t0) * 1e3}
 
     def _window(self, cmd: dict[str, Any]) -> Any:
         """The timed window a command asks for: this child's flush, the costs the parent sends."""

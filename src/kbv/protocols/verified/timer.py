@@ -20,6 +20,7 @@ re-bound by the candidate are reported by the child's clock.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -194,6 +195,9 @@ def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> li
     side.host_ms += [float(x) for x in reply["host_ms"]]
     if probe and (costs := _window_costs(reply.get("window_costs_ms"))) is not None:
         run.costs[rnd] = costs
+        # the probes are the harness's, after the block's calls: they are no time the baseline's calls
+        # spent outside their windows, which the candidate's are judged against (`wall_bound`)
+        wall_ms -= min(max(_ms(reply.get("probe_ms")), 0.0), wall_ms)
     if recheck is None:
         side.blocks.append(WallBlock(rnd, wall_ms / n, median(whole) if whole else 0.0))
     side.tampered.update(reply.get("tampered", []))
@@ -281,9 +285,10 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
     if short:
         notes += (f"no speedup where a side was too short to time ({', '.join(short)})",)
     if typical is not None:
-        notes += (f"the window's own costs, taken out of every call: the quickest launch {typical.launch * 1e3:.1f} us, "
-                  f"the synchronise's return {typical.sync * 1e3:.1f} us (medians over {len(costs)} rounds of the "
-                  f"least of {COST_PROBES} probes beside each; taking them out is unsure by {resolution * 1e3:.1f} us)",)
+        notes += (f"the window's own costs, taken out of every call: the quickest launch "
+                  f"{typical.launch * 1e3:.1f} us, the synchronise's return {typical.sync * 1e3:.1f} us (medians "
+                  f"over {len(costs)} rounds of the least of {COST_PROBES} probes beside each; taking them out "
+                  f"is unsure by {resolution * 1e3:.1f} us)",)
     summary = (typical.launch, typical.sync) if typical is not None else None
     return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, notes, summary,
                        too_short=tuple(short))
@@ -305,6 +310,12 @@ def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Seq
         lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
         cis[name] = (lo / charge, hi / charge)
     return speedups, cis
+
+
+def _ms(said: Any) -> float:
+    """A figure of a trusted child's reply in ms (0 where it is not a finite number)."""
+    ok = isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said)
+    return float(said) if ok else 0.0
 
 
 def _window_costs(said: Any) -> WindowCosts | None:
