@@ -84,7 +84,7 @@ def test_honest_candidate_is_correct_with_a_speedup(verdicts: dict[str, Verdict]
     assert v.timing is not None and v.timing.method == "host-timer"
     assert v.timing.candidate.n == 100  # KernelBench's 100 trials
     assert v.timing.baselines["eager"].n == 200  # the same timer, right before and right after the candidate
-    [(before, after)] = v.evidence["baseline_bracket_ms"]
+    *_, (before, after) = v.evidence["baseline_bracket_ms"]  # the last attempt's (a busy box may take two)
     assert v.timing.baselines["eager"].mean_ms == pytest.approx((before + after) / 2, rel=1e-4)
     assert v.speedup is not None and math.isfinite(v.speedup) and v.speedup > 0
     expected = v.timing.baselines["eager"].mean_ms / v.timing.candidate.mean_ms
