@@ -142,7 +142,8 @@ def speedup_of(v: Any) -> float | None:
     if v.speedup is not None:
         return float(v.speedup)
     name = primary_baseline(v)
-    return float(v.timing.speedups[name]) if v.timing is not None and name else None
+    said = v.timing.speedups.get(name) if v.timing is not None and name else None
+    return float(said) if said is not None else None  # none where the calls were too short to time
 
 
 def standard_interval(v: Any) -> tuple[float, float] | None:

@@ -63,7 +63,7 @@ def repeatability(problem, device: str, config: TimerConfig, root: Path) -> dict
     finally:
         cand.close()
         base.close()
-    s = [r.speedups["eager-tf32"] for r in runs]
+    s = [r.speedups.get("eager-tf32", float("nan")) for r in runs]  # none where too short to time
     return {"problem": problem.key, "base_ms": runs[0].stats["eager-tf32"].median_ms, "s1": s[0], "s2": s[1],
             "diff_pct": abs(s[0] - s[1]) * 100, "timer_s": statistics.mean(r.timer_s for r in runs)}
 

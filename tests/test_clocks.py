@@ -108,9 +108,11 @@ def test_a_run_timed_on_cold_clocks_never_resumes_into_a_warmed_one(tmp_path):
 
     warm = Settings(device="cpu", run_dir=tmp_path, cache_dir=tmp_path)
     cold = Settings(device="cpu", run_dir=tmp_path, cache_dir=tmp_path, warm_clocks=False)
-    std = [StandardRunner(StandardProtocol(), s, None, "dev").fingerprint() for s in (warm, cold)]
+    std = [StandardRunner(StandardProtocol(), s).fingerprint() for s in (warm, cold)]
     ver = [VerifiedRunner(VerifiedProtocol(), TimerConfig(), ("eager-tf32",), s, b"k").fingerprint() for s in (warm, cold)]
-    assert std[0] == StandardProtocol().fingerprint()  # the default: resume keys as before
+    # the default: the protocol's rules and the baseline timed beside every candidate (verdicts from when
+    # it was timed once per problem never resume into a run)
+    assert std[0] == StandardProtocol().fingerprint() + "+baseline-bracketed"
     assert std[1] != std[0] and ver[1] != ver[0] and std[1].endswith("+no-warm-clocks")
 
 

@@ -102,3 +102,12 @@ def test_a_charged_speed_is_said_and_a_timing_finding_is_a_hack_without_speedup(
                          findings=[None, (Category.RESULT_CACHE, "replayed")]))
     assert out["status"] is Status.HACK and out["speedup"] is None
     assert out["categories"] == (Category.TIMER_PATCH, Category.RESULT_CACHE)
+
+
+def test_calls_too_short_to_time_are_verified_without_a_speedup_and_say_why():
+    short = _speed(speedups={}, speedup_ci={}, too_short=("candidate",),
+                   notes=("the candidate's calls were too short to time against the window's own costs",))
+    out = _judge(Records(correctness=_clean(), attribution=OWN, speed=short))
+    assert out["status"] is Status.VERIFIED and out["speedup"] is None
+    assert "no speedup: the candidate's calls were too short to time" in out["message"]
+    assert any("too short to time" in n for n in out["timing"].notes)

@@ -176,6 +176,26 @@ def test_another_lanes_candidate_child_stops_in_a_window_and_its_own_lane_s_does
             p.wait()
 
 
+@linux
+def test_a_candidate_child_stands_stopped_while_its_baseline_is_timed() -> None:
+    """The standard protocol times the baseline right beside the candidate: the candidate's child,
+    which has run candidate code, is stopped meanwhile (a thread it left must not load the machine)."""
+    from kbv.placement import group_stopped
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        with pytest.raises(RuntimeError):
+            with group_stopped(spin.pid):
+                assert _wait_state(spin.pid, "T") == "T"
+                raise RuntimeError("the baseline's timing failed")
+        assert _wait_state(spin.pid, "R") == "R"  # going on however the block ended
+        with group_stopped(None):  # no child: nothing stopped
+            assert _state(spin.pid) == "R"
+    finally:
+        spin.kill()
+        spin.wait()
+
+
 def test_holds_that_are_off_touch_nothing() -> None:
     holds = Holds(active=False)
     holds.add(1)  # pid 1: would be an error to signal

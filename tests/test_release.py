@@ -34,9 +34,12 @@ def test_a_released_standard_context_holds_no_tensors(tmp_path):
     ctx = prepare_standard(_problem(tmp_path), StandardProtocol(), torch.device("cpu"))
     assert ctx.trials and ctx.timing_inputs
     runner = StandardRunner(StandardProtocol(), Settings(device="cpu", run_dir=tmp_path / "run",
-                                                         cache_dir=tmp_path / "cache"), None, "cpu")
+                                                         cache_dir=tmp_path / "cache"))
+    closed = []
+    ctx.stack.callback(closed.append, "the baseline's child")
     runner.release(ctx)
     assert ctx.trials == [] and ctx.timing_inputs == []
+    assert closed == ["the baseline's child"] and ctx.baseline is None
 
 
 def test_a_closed_verified_problem_holds_no_tensors(tmp_path):

@@ -11,11 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from kbv.detect.speed import WallBlock, wall_bound
+from kbv.detect.speed import WallBlock, too_short_to_time, wall_bound, window_resolution_ms
 from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
-from kbv.protocols.verified.timer import TimerConfig, _Side, load_pool, measure_speed, pool_size
+from kbv.protocols.verified.timer import (
+    TimerConfig,
+    _Side,
+    fill_rounds,
+    judge_speedups,
+    load_pool,
+    measure_speed,
+    pool_size,
+    settle,
+)
 from kbv.sandbox import ChildSpec, Sandbox
-from kbv.stats import StopRule
+from kbv.sandbox.timers import WindowCosts
+from kbv.stats import StopRule, median
 from kbv.verdict import Category
 
 PROBLEM = """
@@ -214,18 +224,31 @@ def test_wall_bound_names_work_hidden_outside_the_window_under_the_same_load():
 
 class _ScriptedChild:
     """A child that computes nothing: a block takes the wall time its calls would (`ms` each) plus
-    `outside_ms(k)` a call around them in its k-th block, and it reports `ms` a call."""
+    `outside_ms(k)` a call around them in its k-th block, and it reports `ms` a call. With `costs(k)`
+    (launch, sync ms), a GPU's child: each call's window holds them too, and a block asked to probe
+    them reports what `probed(k)` says it measured beside its k-th block."""
 
-    def __init__(self, ms: float, outside_ms) -> None:
+    def __init__(self, ms: float, outside_ms, costs=None, probed=None, probe_ms: float = 0.0) -> None:
         self.ms, self.outside_ms, self.blocks = ms, outside_ms, 0
+        self.costs, self.probed, self.probe_ms = costs, probed or costs, probe_ms
+        self.commands: list[dict] = []
 
     def call(self, cmd: dict, timeout_s: float) -> dict:
+        self.commands.append(cmd)
         if cmd["op"] != "time_block":
             return {}
-        n = cmd["n"]
-        time.sleep(n * (self.ms + self.outside_ms(self.blocks)) / 1e3)
+        n, k = cmd["n"], self.blocks
+        time.sleep(n * (self.ms + self.outside_ms(k)) / 1e3)
         self.blocks += 1
-        return {"device_ms": [self.ms] * n, "host_ms": [self.ms] * n}
+        if self.costs is None:
+            return {"device_ms": [self.ms] * n, "host_ms": [self.ms] * n}
+        launch, sync = self.costs(k)
+        reply = {"device_ms": [launch + self.ms + sync] * n, "stream_ms": [launch + self.ms] * n,
+                 "host_ms": [self.ms] * n}
+        if cmd.get("probe_costs"):
+            time.sleep(self.probe_ms / 1e3)  # the probes, after the block's calls
+            reply.update(window_costs_ms=list(self.probed(k)), probe_ms=self.probe_ms)
+        return reply
 
     def expect(self, like):
         return {}, object()
@@ -265,3 +288,115 @@ def test_the_pool_covers_every_distribution_while_it_fits_its_memory_budget():
     assert pool_size(2_818_572_288, l2, config, distributions=5) == 2
     # never fewer than two sets, however large: consecutive timed calls must not share inputs
     assert pool_size(8 << 30, l2, config, distributions=5) == 2
+
+
+# -- the window's own costs, taken out round by round (a GPU's figures, on a CPU) ------------------
+# An H100: a ReLU of 5 us and its baseline of 4 us, in windows that cost 6 us of launch and 8 us of
+# synchronise on an idle host. Beside a second kbv run, the costs were measured once, as medians, at
+# 74.9 us and 68.4 us: taken out of every call, every call came to 0, and the verdict said 0.0x.
+IDLE = WindowCosts(0.006, 0.008)
+BUSY = WindowCosts(0.0749, 0.0684)
+
+
+def _windows(call_ms: float, costs: WindowCosts, rounds: int = 8, per_round: int = 10, jitter_ms: float = 0.0005):
+    """Whole windows, own-stream parts and rounds of `rounds` blocks of a call of `call_ms`."""
+    whole, stream, rnds = [], [], []
+    for r in range(rounds):
+        for i in range(per_round):
+            wobble = jitter_ms * ((i * 7 + r * 3) % 5 - 2) / 2  # -jitter .. +jitter, spread evenly
+            whole.append(costs.launch + call_ms + costs.sync + wobble)
+            stream.append(costs.launch + call_ms + wobble)
+            rnds.append(r)
+    return whole, stream, rnds
+
+
+def test_costs_measured_beside_each_round_leave_the_call_itself():
+    whole, stream, rounds = _windows(0.005, IDLE)
+    samples, capped = settle(whole, stream, rounds, {r: IDLE for r in range(8)})
+    assert median(samples) == pytest.approx(0.005, abs=1e-4) and capped == 0
+
+
+def test_a_burst_of_host_load_on_the_probes_of_a_few_rounds_is_not_taken_out_of_every_call():
+    whole, stream, rounds = _windows(0.005, IDLE)
+    measured = {r: (BUSY if r in (2, 5) else IDLE) for r in range(8)}
+    samples, capped = settle(whole, stream, rounds, measured)
+    # the two rounds whose probes the burst hit are cut at the side's own quickest window, and counted
+    assert capped == 2
+    assert median(samples) == pytest.approx(0.005, abs=1e-4)
+    # where the old timer took the busy figures out of every call, every call was 0
+    old, _ = settle(whole, stream, rounds, {r: BUSY for r in range(8)})
+    assert median(old) < 0.001
+
+
+def test_a_round_without_a_measurement_takes_the_others_typical_costs():
+    filled = fill_rounds({0: IDLE, 1: WindowCosts(0.008, 0.010), 3: IDLE}, {0, 1, 2, 3})
+    assert filled[2] == IDLE and filled[1] == WindowCosts(0.008, 0.010)
+    assert fill_rounds({}, {0, 1}) == {}  # a CPU: nothing is taken out
+
+
+def test_calls_too_short_for_the_costs_jitter_get_no_speedup_never_zero_or_huge():
+    # the burst hit every round: the calls' quickest windows cap what is taken out, and what is left
+    # is the windows' own spread, not a figure
+    cand = settle(*_windows(0.005, IDLE), {r: BUSY for r in range(8)})
+    base = settle(*_windows(0.004, IDLE), {r: BUSY for r in range(8)})
+    resolution = window_resolution_ms([IDLE.launch + IDLE.sync] * 8)
+    why = too_short_to_time("candidate", median(cand[0]), cand[1], 8, resolution, 0.143)
+    assert why is not None and "exceeded its own quickest call in 8 of 8 rounds" in why
+    speedups, cis = judge_speedups(cand[0], {"eager-tf32": base[0]}, 1.0, {"candidate"})
+    assert speedups == {} and cis == {}
+
+
+def test_a_median_within_what_taking_the_costs_out_is_unsure_by_is_too_short():
+    # costs that wander by several us from round to round: a 1 us call cannot be told from nothing
+    totals = [0.014, 0.020, 0.011, 0.026, 0.015, 0.019, 0.012, 0.023]
+    resolution = window_resolution_ms(totals)
+    assert resolution > 0.005
+    assert too_short_to_time("eager-tf32", 0.001, 0, 8, resolution, 0.017) is not None
+    assert too_short_to_time("eager-tf32", 0.0, 0, 8, window_resolution_ms([]), None) is not None
+    assert too_short_to_time("eager-tf32", 0.050, 0, 8, resolution, 0.017) is None
+    # steady costs: the events' own resolution is the floor, and a 5 us call is a figure
+    assert window_resolution_ms([0.014] * 8) == pytest.approx(0.0005)
+    assert too_short_to_time("candidate", 0.005, 1, 8, window_resolution_ms([0.014] * 8), 0.014) is None
+
+
+def test_speedups_are_judged_only_between_sides_that_were_timed():
+    cand, base = [0.005] * 40, [0.004] * 40
+    speedups, cis = judge_speedups(cand, {"eager-tf32": base, "compile": [0.0] * 40}, 1.0, {"compile"})
+    assert speedups == {"eager-tf32": pytest.approx(0.8)} and set(cis) == {"eager-tf32"}
+    charged, _ = judge_speedups(cand, {"eager-tf32": base}, 2.0, set())
+    assert charged["eager-tf32"] == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("burst_rounds, short", [((), False), (tuple(range(64)), True)])
+def test_the_timer_takes_the_costs_probed_beside_each_round_out_of_both_sides(burst_rounds, short):
+    """Scripted GPU children: the baseline's child (it runs no candidate code) probes the costs beside
+    each of its blocks; the candidate's never does. Probes a burst hit in every round leave no
+    figure: no speedup, never 0."""
+    costs = lambda k: (IDLE.launch, IDLE.sync)  # noqa: E731 - what every window holds
+    probed = lambda k: (BUSY.launch, BUSY.sync) if k in burst_rounds else (IDLE.launch, IDLE.sync)  # noqa: E731
+    cand = _ScriptedChild(0.005, lambda k: 0.3, costs)
+    base = _ScriptedChild(0.004, lambda k: 0.3, costs, probed)
+    config = TimerConfig(stop=StopRule(target=0.05, min_samples=40, min_time_ms=0.0, max_time_s=10.0), warmup_ms=0)
+    result = measure_speed(cand, {"eager-tf32": base}, config, 3, lambda i, o: None, [], time.monotonic() + 60)
+    assert not any(c.get("probe_costs") for c in cand.commands)
+    assert all(c.get("probe_costs") for c in base.commands if c["op"] == "time_block")
+    # both children stand as a profiled one does before either is timed (a GPU's CUPTI, left attached)
+    assert [c.get("profiled") for c in cand.commands + base.commands if c["op"] == "warmup"] == [True, True]
+    if short:
+        assert result.speedups == {} and "candidate" in result.too_short
+        assert any("too short to time" in n for n in result.notes)
+    else:
+        assert result.speedups["eager-tf32"] == pytest.approx(0.8, rel=0.01) and not result.too_short
+        assert result.window_costs_ms == pytest.approx((IDLE.launch, IDLE.sync))
+        assert result.stats["candidate"].median_ms == pytest.approx(0.005)
+
+
+def test_the_cost_probes_are_not_time_the_baseline_spent_outside_its_windows():
+    """The baseline's child probes the costs after its block, 4 ms a block (0.4 ms a call): counted as
+    its time outside its timed calls, it would cover a candidate hiding as much outside its own."""
+    costs = lambda k: (IDLE.launch, IDLE.sync)  # noqa: E731
+    cand = _ScriptedChild(0.005, lambda k: 0.3 + 0.4, costs)  # 0.4 ms a call where its clock does not look
+    base = _ScriptedChild(0.004, lambda k: 0.3, costs, probe_ms=4.0)
+    config = TimerConfig(stop=StopRule(target=0.05, min_samples=40, min_time_ms=0.0, max_time_s=10.0), warmup_ms=0)
+    result = measure_speed(cand, {"eager-tf32": base}, config, 3, lambda i, o: None, [], time.monotonic() + 60)
+    assert any(c is Category.TIMING_MISMATCH for c, _ in result.findings), result.findings

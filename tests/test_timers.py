@@ -16,6 +16,7 @@ from kbv.sandbox.timers import (
     Window,
     WindowCosts,
     _call_ms,
+    subtract_costs,
     time_block,
     time_kernelbench,
 )
@@ -98,6 +99,34 @@ def test_without_costs_the_whole_window_counts_and_never_less_than_the_calls_own
     assert _call_ms(FakeDevice(1.0), Stamp(0.0), Stamp(1.0), Stamp(1.020), None) == 1.020
     # a synchronise that returned early (jitter) never makes a call shorter than its own stream
     assert _call_ms(FakeDevice(1.0), Stamp(0.0), Stamp(1.0), Stamp(1.001), COSTS) == 1.0 - COSTS.launch
+
+
+def test_taking_costs_out_never_leaves_less_than_the_calls_own_stream_or_zero():
+    # an H100 idle: 5 us of kernel inside a 19 us window whose costs are 6 + 8 us
+    assert subtract_costs(0.019, 0.011, 0.006, 0.008) == pytest.approx(0.005)
+    # costs measured while a second kbv run loaded the host (75 and 68 us) against the same call:
+    # the arithmetic alone floors at the own stream less the launch, then at 0 (`settle` caps them first)
+    assert subtract_costs(0.019, 0.011, 0.0749, 0.0684) == 0.0
+    assert subtract_costs(0.019, 0.090, 0.0749, 0.0684) == pytest.approx(0.090 - 0.0749)
+
+
+def test_the_window_costs_are_the_least_of_their_probes():
+    """A probe that a busy host delayed does not count: the quickest probe is what the window cost."""
+    from kbv.sandbox.timers import measure_window_costs
+
+    dev = FakeDevice(call_ms=0.0)
+    late = [0.060, 0.0, 0.070, 0.0, 0.050, 0.0, 0.0, 0.065]  # per probe: the host back late from its synchronise
+    delays = iter(d for probe in late for d in (0.0, probe, 0.0))  # three synchronises a probe, the second timed
+    synchronize = dev.synchronize
+
+    def busy_synchronize() -> None:
+        synchronize()
+        dev.now += next(delays, 0.0)
+
+    dev.synchronize = busy_synchronize  # type: ignore[method-assign]
+    dev.device = torch.device("cpu")
+    costs = measure_window_costs(dev, repeats=len(late))
+    assert costs.launch == pytest.approx(0.002) and costs.sync == pytest.approx(0.015 + 0.002)
 
 
 # -- KernelBench's timer, by method (the standard protocol) --------------------------------------

@@ -258,7 +258,7 @@ def open_session(config: EvalConfig, executor: Executor | None = None,
             notice(f"sandbox: {line}", settings.provenance.get("sandbox_level") != "bwrap")
         store = stack.enter_context(open_store(settings.run_dir))
         store.record_invocation(asdict(config), settings.provenance)
-        runners = _runners(config, settings, store, secret)
+        runners = _runners(config, settings, secret)
         if executor is None:
             executor = _executor(config, settings, devices, runners, store, secret, cluster)
             stack.callback(executor.close)  # before the store closes: a closing lane may still finish a pair
@@ -455,7 +455,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
             raise UsageError(f"--devices {config.devices}: {devices[0]} is a {settings.provenance.get('device_name')}, "
                              f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
         lane.provenance["build_isolation"] = plan.describe()
-        lanes.append(LocalExecutor(lane, _runners(config, lane, store, secret), builds, quiet(device, i), lane=i,
+        lanes.append(LocalExecutor(lane, _runners(config, lane, secret), builds, quiet(device, i), lane=i,
                                    held=held))
     return LanesExecutor(lanes, builds)
 
@@ -478,7 +478,7 @@ class RunnerRecipe:
     config: EvalConfig
 
     def make(self, settings: Settings, secret: bytes) -> dict[str, ProtocolRunner]:
-        return _runners(self.config, settings, None, secret)
+        return _runners(self.config, settings, secret)
 
 
 def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None, lanes: int = 1) -> Settings:
@@ -531,15 +531,13 @@ def _slug(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name)
 
 
-def _runners(config: EvalConfig, settings: Settings, store: Store | None, secret: bytes) -> dict[str, Any]:
-    """One runner per protocol, on `settings.device`. `store` caches the standard baselines (None on a
-    Ray worker, which has no store)."""
+def _runners(config: EvalConfig, settings: Settings, secret: bytes) -> dict[str, Any]:
+    """One runner per protocol, on `settings.device`."""
     from kbv.protocols.standard import StandardProtocol, StandardRunner
     from kbv.sandbox.timers import StandardTimerConfig
 
-    fingerprint = device_fingerprint(settings.provenance)
     standard = StandardProtocol(tolerance=config.tolerance, timer=StandardTimerConfig(method=config.standard_timing))
-    runners: dict[str, Any] = {"standard": StandardRunner(standard, settings, store, fingerprint)}
+    runners: dict[str, Any] = {"standard": StandardRunner(standard, settings)}
     if "verified" in _protocols(config.protocol):
         runners["verified"] = _verified_runner(config, settings, secret)
     return runners

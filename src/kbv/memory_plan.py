@@ -197,14 +197,15 @@ def plan_verified(fp: Footprint, trials: int, available: Available, pool_budget_
 def standard_need(fp: Footprint, held: int, home: str, on_cuda: bool) -> Need:
     """What the standard protocol holds at its peak: the parent's model, its held trials (inputs and
     reference outputs) and the timing inputs throughout; while preparing, a trial being made (its
-    inputs and the reference's forward) or the baseline's child timing; while judging a candidate, a
+    inputs and the reference's forward) or the baseline's child loading; while judging a candidate, a
     trial (made again where not held: its forward's peak), its reference, the output taken back and
-    the comparison's chunks, beside the candidate's child (the model, the inputs, its forward)."""
+    the comparison's chunks, beside the candidate's child and the baseline's, which is timed beside
+    every candidate (each the model, the inputs, its forward)."""
     kept = held * (fp.input_bytes + fp.output_bytes)
     base = fp.weight_bytes + fp.input_bytes  # the model, the timing inputs
     making = fp.input_bytes + fp.forward_bytes
     preparing = max(making, fp.call_bytes)
-    judging = max(making, fp.input_bytes + fp.output_bytes) + fp.output_bytes + JUDGE_BYTES + fp.call_bytes
+    judging = max(making, fp.input_bytes + fp.output_bytes) + fp.output_bytes + JUDGE_BYTES + 2 * fp.call_bytes
     device = base + max(preparing, judging)
     if home == "host" and on_cuda:
         return Need(device, kept)

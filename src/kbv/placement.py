@@ -318,6 +318,20 @@ def _signal_group(pgid: int, signum: int) -> None:
         os.killpg(pgid, signum)
 
 
+@contextlib.contextmanager
+def group_stopped(pgid: int | None) -> Iterator[None]:
+    """The process group `pgid` (a child between its commands) stopped for the block (SIGSTOP, then
+    SIGCONT however the block ends); None: nothing to stop."""
+    if pgid is None:
+        yield
+        return
+    _signal_group(pgid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        _signal_group(pgid, signal.SIGCONT)
+
+
 class Bystanders:
     """The candidate children that lanes of one device keep alive, by lane: while one lane's window is
     open (`stopped`), every other lane's are stopped (SIGSTOP to their process groups), so that a

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kbv.errors import StoreError
-from kbv.verdict import SCHEMA_VERSION, ProblemFailure, TimingStats, Verdict
+from kbv.verdict import SCHEMA_VERSION, ProblemFailure, Verdict
 
 DB_NAME = "kbv.sqlite"
 
@@ -35,9 +35,6 @@ CREATE TABLE IF NOT EXISTS verdicts (
 CREATE TABLE IF NOT EXISTS pair_failures (
     key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, protocol TEXT NOT NULL, problem TEXT NOT NULL,
     message TEXT NOT NULL, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS baselines (
-    key TEXT PRIMARY KEY, problem_hash TEXT NOT NULL, name TEXT NOT NULL, created_at TEXT NOT NULL,
-    data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS answers (
     id INTEGER PRIMARY KEY AUTOINCREMENT, created_at TEXT NOT NULL, problem TEXT NOT NULL,
     candidate_hash TEXT NOT NULL, protocol TEXT NOT NULL, keys TEXT NOT NULL, status TEXT NOT NULL,
@@ -167,19 +164,6 @@ class Store:
         for a in out:
             a["keys"], a["cached"] = json.loads(a["keys"]), bool(a["cached"])
         return out
-
-    # -- baselines ------------------------------------------------------------------------------
-    def get_baseline(self, key: str) -> TimingStats | None:
-        with self._lock:
-            row = self._db.execute("SELECT data FROM baselines WHERE key=?", (key,)).fetchone()
-        return TimingStats(**json.loads(row[0])) if row else None
-
-    def put_baseline(self, key: str, problem_hash: str, name: str, stats: TimingStats) -> None:
-        from dataclasses import asdict
-
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO baselines VALUES (?,?,?,?,?)",
-                             (key, problem_hash, name, _now(), json.dumps(asdict(stats))))
 
     # -- invocations ----------------------------------------------------------------------------
     def record_invocation(self, config: dict[str, Any], provenance: dict[str, Any]) -> None:

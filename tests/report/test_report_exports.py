@@ -116,3 +116,16 @@ def test_peak_ratio_of_two_zero_peaks_is_one() -> None:
     assert peak_ratio(replace(SAMPLE[1], memory=some, baseline_memory=zero)) is None
     assert peak_ratio(replace(SAMPLE[1], memory=some, baseline_memory=MemoryStats(1024, 0))) == 4.0
     assert peak_ratio(replace(SAMPLE[1], memory=None)) is None
+
+
+def test_a_verified_timing_without_a_speedup_still_gives_both_sides_times() -> None:
+    """Calls too short to time against the window's costs: verified, no speedup, the figures kept."""
+    from dataclasses import replace
+
+    from kbv.report.figures import primary_baseline, speedup_interval, timed_ms
+
+    v = SAMPLE[1]
+    assert v.timing is not None
+    short = replace(v, speedup=None, timing=replace(v.timing, speedups={}, speedup_ci={}))
+    assert primary_baseline(short) == "eager-tf32" and speedup_interval(short) is None
+    assert timed_ms(short) == timed_ms(v)

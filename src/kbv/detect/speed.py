@@ -2,7 +2,9 @@
 
 - `wall_bound`: the parent's wall clock per call bounds the candidate's real time; its time outside
   its timed calls beyond the baseline's in the same rounds is charged, and grossly beyond it is a lie;
-- `impossible_speed`: a call faster than the device's copy bandwidth allows did not read its inputs.
+- `impossible_speed`: a call faster than the device's copy bandwidth allows did not read its inputs;
+- `window_resolution_ms`, `too_short_to_time`: a median made of what is left once the window's own
+  costs are taken out is no figure where it is within what taking them out is unsure by.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from kbv.protocols.verified.rules import CHARGE_RATIO, CHARGE_SLACK_MS, HACK_RATIO, IMPOSSIBLE_FACTOR
+from kbv.protocols.verified.rules import (
+    CAPPED_ROUNDS_SHARE,
+    CHARGE_RATIO,
+    CHARGE_SLACK_MS,
+    EVENT_RESOLUTION_MS,
+    HACK_RATIO,
+    IMPOSSIBLE_FACTOR,
+    WINDOW_NOISE_FACTOR,
+)
 from kbv.stats import median
 from kbv.verdict import Category
 
@@ -23,7 +33,7 @@ class WallBlock:
 
     round: int  # the interleaved round it was timed in (each side times one block a round)
     wall_ms: float  # the parent's wall clock around the block, per call
-    reported_ms: float  # the median of the child's reported times for the block's calls
+    reported_ms: float  # the median of the child's reported windows for the block's calls (nothing taken out)
 
     @property
     def outside_ms(self) -> float:
@@ -89,3 +99,34 @@ def impossible_speed(min_bytes: int, candidate_ms: float, copy_gbps: float) -> t
     said = (f"a call moved at least {min_bytes / 1e6:.1f} MB in {candidate_ms:.4f} ms: {achieved:.0f} GB/s, above "
             f"{IMPOSSIBLE_FACTOR:g}x the device's measured copy bandwidth ({copy_gbps:.0f} GB/s)")
     return (Category.IMPOSSIBLE_SPEED, said)
+
+
+def window_resolution_ms(costs_ms: Sequence[float]) -> float:
+    """The least median a call can be told apart from nothing by, once the window's own costs are taken
+    out of it: the events' resolution, or WINDOW_NOISE_FACTOR x the spread of `costs_ms` (the costs
+    taken out, launch plus synchronise, one figure a round) from round to round (1.4826 x their median
+    absolute deviation, a standard deviation robust to one round's burst), whichever is larger. Pure."""
+    if len(costs_ms) < 2:
+        return EVENT_RESOLUTION_MS
+    mid = median(costs_ms)
+    spread = 1.4826 * median([abs(c - mid) for c in costs_ms])
+    return max(EVENT_RESOLUTION_MS, WINDOW_NOISE_FACTOR * spread)
+
+
+def too_short_to_time(side: str, median_ms: float, capped_rounds: int, rounds: int, resolution_ms: float,
+                      costs_ms: float | None) -> str | None:
+    """Why `side`'s calls are too short to time against the window's costs, or None when its median
+    `median_ms` (costs taken out) is a figure: it must exceed `resolution_ms` (see
+    `window_resolution_ms`), and the costs measured beside its blocks (`costs_ms`, their median; None:
+    none taken out) must not have exceeded its own quickest window in CAPPED_ROUNDS_SHARE of its
+    `rounds` or more (`capped_rounds`: costs that large were measured while the host was busy, and
+    what is left of a call is the spread of its windows). A speedup from such a side would be a
+    ratio of subtraction artefacts (0, or a huge one). Pure."""
+    costs = f" against the window's own costs of {costs_ms:.4f} ms" if costs_ms is not None else ""
+    if median_ms <= resolution_ms:
+        return (f"the {side}'s calls were too short to time{costs}: {median_ms:.4f} ms a call once they are "
+                f"taken out, within the {resolution_ms:.4f} ms that taking them out is unsure by")
+    if rounds and capped_rounds >= CAPPED_ROUNDS_SHARE * rounds:
+        return (f"the {side}'s calls were too short to time{costs}: the costs measured beside its blocks "
+                f"exceeded its own quickest call in {capped_rounds} of {rounds} rounds")
+    return None

@@ -6,9 +6,13 @@ reference first on the same inputs, a shape check then `allclose(atol=rtol=1e-2)
 precision flags. KernelBench's other timing methods (`do_bench`, `host_time`) on request.
 
 Per problem (`prepare`, in the parent): the model under seed 42, the five trials' inputs and the
-reference outputs, the timing inputs, and the baseline timed in a child that loads no candidate code.
-Per candidate (`evaluate`, in its own child): load, five forwards compared with `allclose`, and, if
-all pass, KernelBench's timer (a host timer on CPU).
+reference outputs, the timing inputs, and the baseline loaded in a child that loads no candidate code
+(kept with the problem). Per candidate (`evaluate`, in its own child): load, five forwards compared
+with `allclose`, and, if all pass, KernelBench's timer (a host timer on CPU) on the candidate,
+bracketed by the same timer on the baseline right before and right after it in the same timed window
+(B A B), so that both numbers are taken under the same conditions; a baseline that disagrees with
+itself across the candidate's timing is timed again with it, once, and the verdict is marked if it
+still does.
 
 Where KernelBench's number is a draw rather than a measurement (`unstable_timing`), the verdict says so:
 a note beside its timing and a category that changes neither its status nor its speedup.
@@ -20,6 +24,7 @@ import contextlib
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -33,6 +38,7 @@ from kbv.errors import ProblemRunError, UsageError, did_you_mean
 from kbv.footprint import problem_footprint
 from kbv.memory_plan import StandardPlan, available_memory, plan_standard
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
+from kbv.placement import group_stopped
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
@@ -69,7 +75,7 @@ class StandardProtocol:
 
 @dataclass
 class StandardContext:
-    """Parent-side state of one problem (device tensors) and its baseline's timing. `trials[i]` is
+    """Parent-side state of one problem (device tensors) and its baseline's child. `trials[i]` is
     (inputs after the reference ran, reference outputs), or None for a trial the memory plan does not
     hold: `trial(i)` remakes it from its seed with the kept model, as KernelBench itself runs a trial."""
 
@@ -77,7 +83,8 @@ class StandardContext:
     init_inputs: list[Any]
     trials: list[tuple[list[Any], list[torch.Tensor]] | None]
     timing_inputs: list[Any]
-    baseline: TimingStats | None = None
+    baseline: Sandbox | None = None  # the reference loaded, in a child without candidate code (`prepare`)
+    stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # closes the baseline's child
     module: Any = None
     model: Any = None  # kept only where some trial is remade
     seeds: list[int] = field(default_factory=list)
@@ -157,6 +164,39 @@ def unstable_timing(candidate: TimingStats, baseline: TimingStats, flush_ms: flo
     return reasons
 
 
+# -- the baseline timed beside every candidate (B A B) --------------------------------------------
+# KernelBench's number is a mean of one run of its timer, and the baseline's was timed once per problem,
+# at its preparation, under whatever ran then (a second kbv run on the machine, children starting up,
+# a cold device): an H100 gave one run's ReLU baseline 0.095 ms against 0.0042 ms in every other, and
+# its candidates 21x. So the baseline is timed right before and right after each candidate, in the
+# same timed window, by the same timer; its figure is the mean of both timings' trials, which cancels
+# a drift that moves both sides across the window. Two timings of the same forward on the same inputs,
+# milliseconds apart, whose means differ by more than this share of the smaller say something moved
+# under the pair: the three are timed again once (BASELINE_ATTEMPTS), and a baseline that still
+# disagrees with itself marks the verdict `unstable_timing` (the same tenth as UNSTABLE_CV: a move that
+# large carries a speedup across fast_p's lines).
+BASELINE_AGREE = 0.10
+BASELINE_ATTEMPTS = 2
+
+
+def baseline_disagreement(before: TimingStats, after: TimingStats) -> str | None:
+    """Why the baseline timed right `before` and right `after` the candidate cannot stand for one
+    figure (their means differ by more than BASELINE_AGREE of the smaller), or None. Pure."""
+    low, high = sorted((before.mean_ms, after.mean_ms))
+    if low > 0 and high <= (1 + BASELINE_AGREE) * low:
+        return None
+    return (f"the baseline timed right before and right after the candidate disagrees with itself: "
+            f"{before.mean_ms:.4g} ms and {after.mean_ms:.4g} ms (means)")
+
+
+def pooled_stats(replies: list[dict[str, Any]]) -> TimingStats:
+    """One side's figures from several `time` replies of the same timer: every trial of them all (the
+    mean of the baseline's timings before and after the candidate), and the median host time of a
+    forward over them where every reply holds one per sample."""
+    return timed_stats({"samples_ms": [x for r in replies for x in r["samples_ms"]],
+                        "host_ms": [h for r in replies for h in (r.get("host_ms") or [None])]})
+
+
 # Above this, a problem's correctness trials wait on the host between candidates: the device is shared
 # with the children (each of which holds its own inputs), and with the verified protocol's problem.
 DEVICE_TRIALS_BUDGET_BYTES = 8 << 30
@@ -211,33 +251,32 @@ class StandardRunner:
 
     name = "standard"
 
-    def __init__(self, protocol: StandardProtocol, settings: Settings, baselines: Any, device_fingerprint: str) -> None:
+    def __init__(self, protocol: StandardProtocol, settings: Settings) -> None:
         self.protocol = protocol
         self.settings = settings
-        self.baselines = baselines  # the store's baseline cache (get_baseline / put_baseline), or None
-        self.device_fingerprint = device_fingerprint
 
     def fingerprint(self) -> str:
-        """The protocol's rules, and the timings' conditions where they are not the default: a verdict or
-        a stored baseline timed on cold clocks (`--no-warm-clocks`) never resumes into a warmed run."""
-        return self.protocol.fingerprint() + ("" if self.settings.warm_clocks else "+no-warm-clocks")
+        """The protocol's rules and how kbv times the baseline (beside every candidate), and the timings'
+        conditions where they are not the default: a verdict timed on cold clocks (`--no-warm-clocks`)
+        never resumes into a warmed run."""
+        cold = "" if self.settings.warm_clocks else "+no-warm-clocks"
+        return self.protocol.fingerprint() + "+baseline-bracketed" + cold
 
     def prepare(self, pair: Pair) -> StandardContext:
-        """The problem's trials and its baseline's timing. Its memory is planned first, from its
+        """The problem's trials and timing inputs, and its baseline loaded in a child of its own (a
+        spare, or one coming up while the inputs are drawn). Its memory is planned first, from its
         footprint (`kbv.memory_plan`). Raises ProblemError (ProblemTooLarge among them)."""
-        key = f"{pair.problem.hash}:{self.fingerprint()}:{self.device_fingerprint}:eager"
-        cached = self.baselines.get_baseline(key) if self.baselines else None
-        with stage("prepare"), contextlib.ExitStack() as stack:
+        with stage("prepare"):
             plan = self._plan(pair.problem)
-            sb = None
-            if cached is None:  # the baseline's child (a spare, or one coming up while the inputs are drawn)
+            stack = contextlib.ExitStack()
+            try:
                 sb = reference_child(self.settings, f"baseline-{pair.problem.hash[:12]}", stack)
-            ctx = prepare_standard(pair.problem, self.protocol, torch.device(self.settings.device), plan)
-            ctx.baseline = cached
-            if sb is not None:
-                ctx.baseline = self._time_baseline(ctx, sb)
-                if self.baselines:
-                    self.baselines.put_baseline(key, pair.problem.hash, "eager", ctx.baseline)
+                ctx = prepare_standard(pair.problem, self.protocol, torch.device(self.settings.device), plan)
+                self._load_baseline(ctx, sb)
+            except BaseException:
+                stack.close()
+                raise
+            ctx.baseline, ctx.stack = sb, stack
         return ctx
 
     def _plan(self, problem: Problem) -> StandardPlan | None:
@@ -249,21 +288,16 @@ class StandardRunner:
         return plan_standard(footprint, self.protocol.correctness_trials, available_memory(device.type, device.index),
                              problem.origin)
 
-    def _time_baseline(self, ctx: StandardContext, sb: Sandbox) -> TimingStats:
-        """Eager PyTorch with default flags, timed like a candidate, in a child without candidate code."""
+    def _load_baseline(self, ctx: StandardContext, sb: Sandbox) -> None:
+        """Eager PyTorch with default flags, in a child without candidate code, seeded as KernelBench's."""
         timeout = self.settings.timeout_s
         try:
             sb.ready(timeout)
             sb.call({"op": "load", "source": "reference", "code": ctx.problem.code, "origin": ctx.problem.origin,
                      "init_args": ctx.init_inputs, "seed": self.protocol.seed,
                      "precision": self.protocol.precision}, timeout)
-            inputs = sb.put(ctx.timing_inputs, timeout)
-            with stage("timing"):
-                warm_before_timing(self.settings)
-                reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)}, timeout)
         except ChildFailure as failure:
-            raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
-        return timed_stats(reply)
+            raise ProblemRunError(f"{ctx.problem.origin}: loading the reference failed: {failure.message}") from failure
 
     def blank(self, pair: Pair) -> Verdict:
         """The blank verdict; its provenance names the timing method, whatever the verdict comes to."""
@@ -274,9 +308,12 @@ class StandardRunner:
         ctx.trials.clear()  # the tensors go now, whoever still holds the context
         ctx.timing_inputs = []
         ctx.model = None
+        ctx.baseline = None
+        ctx.stack.close()  # the baseline's child
 
     def evaluate(self, pair: Pair, ctx: StandardContext, build: Build, sb: Sandbox) -> Verdict:
-        """The standard verdict of one pair in the started child `sb`. Never raises for a bad candidate."""
+        """The standard verdict of one pair in the started child `sb`. Never raises for a bad candidate;
+        raises ProblemRunError where the baseline's own child fails."""
         t0 = time.monotonic()
         base = self.blank(pair)
         if build.status is not None:
@@ -296,24 +333,80 @@ class StandardRunner:
                                                                      for t in failed)),
                                       message=f"{len(trials) - len(failed)}/{len(trials)} trials passed: "
                                               f"{failed[0].note}")
-            with stage("timing"):
-                inputs = sb.put(ctx.timing_inputs, time_left(deadline))
-                warmed = warm_before_timing(self.settings)
-                reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)},
-                                time_left(deadline))
+            with stage("timing"):  # one timed window: the baseline, the candidate, the baseline
+                timed = time_bracketed(lambda: self._time(sb, ctx, deadline),
+                                       lambda: self._time_baseline(ctx, deadline, sb))
         except ChildFailure as failure:
             message = failure.message if failure.status is not Status.TIMEOUT else \
                 timeout_message(failure.message, self.settings.timeout_s)
             return finish_verdict(base, t0, status=failure.status, message=message, evidence=failure.evidence)
-        assert ctx.baseline is not None
-        flush_ms = _finite(reply.get("flush_ms"))
-        timing, unstable = _timing(timed_stats(reply), ctx.baseline, flush_ms, self.protocol.timer.method,
-                                   self.settings)
+        flush_ms = _finite(timed.candidate.get("flush_ms"))
+        timing, unstable = _timing(timed, flush_ms, self.protocol.timer.method, self.settings)
         evidence = {**({"flush_ms": flush_ms} if flush_ms is not None else {}),
-                    **({"clock_warmup": warmed.evidence()} if warmed is not None else {})}
+                    "baseline_bracket_ms": [[a, b] for a, b in timed.bracket_means()],
+                    **({"clock_warmup": timed.warmed.evidence()} if timed.warmed is not None else {})}
         return finish_verdict(base, t0, status=Status.CORRECT, trials=tuple(trials), timing=timing,
                               categories=(Category.UNSTABLE_TIMING,) if unstable else (), evidence=evidence,
                               speedup=timing.speedups["eager"], message=f"{len(trials)}/{len(trials)} trials passed")
+
+    def _time(self, sb: Sandbox, ctx: StandardContext, deadline: float) -> tuple[dict[str, Any], Any]:
+        """KernelBench's timer on `sb`'s model over the timing inputs, after the device's clocks are
+        warmed: its reply, and what warming did."""
+        inputs = sb.put(ctx.timing_inputs, time_left(deadline))
+        warmed = warm_before_timing(self.settings)
+        reply = sb.call({"op": "time", "inputs": inputs, "config": asdict(self.protocol.timer)}, time_left(deadline))
+        return reply, warmed
+
+    def _time_baseline(self, ctx: StandardContext, deadline: float, candidate: Sandbox) -> dict[str, Any]:
+        """The baseline timed as the candidate is, in its own child, while the candidate's child, which
+        has run candidate code, is stopped (a thread it left behind must not load the machine under
+        the baseline's timing: that would inflate the candidate's speedup). Its failure is the problem's."""
+        assert ctx.baseline is not None
+        try:
+            with group_stopped(candidate.proc.pid if candidate.proc is not None else None):
+                return self._time(ctx.baseline, ctx, deadline)[0]
+        except ChildFailure as failure:
+            raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
+
+
+@dataclass(frozen=True)
+class Bracketed:
+    """The candidate's `time` reply and the baseline's right before and after it, in one window; the
+    earlier attempts' baseline replies where the baseline disagreed with itself; and what warming the
+    clocks before the candidate's timing did."""
+
+    candidate: dict[str, Any]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    earlier: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = ()
+    warmed: Any = None
+
+    def baseline(self) -> TimingStats:
+        return pooled_stats([self.before, self.after])
+
+    def disagreement(self) -> str | None:
+        return baseline_disagreement(timed_stats(self.before), timed_stats(self.after))
+
+    def bracket_means(self) -> list[tuple[float, float]]:
+        """The baseline's means before and after the candidate, every attempt's, in order."""
+        pairs = [*self.earlier, (self.before, self.after)]
+        return [(timed_stats(b).mean_ms, timed_stats(a).mean_ms) for b, a in pairs]
+
+
+def time_bracketed(candidate: Callable[[], tuple[dict[str, Any], Any]],
+                   baseline: Callable[[], dict[str, Any]], attempts: int = BASELINE_ATTEMPTS) -> Bracketed:
+    """The baseline, the candidate, the baseline (`baseline()` and `candidate()` time one side each);
+    all three again while the baseline disagrees with itself, up to `attempts` in all. The last
+    attempt stands."""
+    earlier: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    while True:
+        before = baseline()
+        reply, warmed = candidate()
+        after = baseline()
+        timed = Bracketed(reply, before, after, tuple(earlier), warmed)
+        if timed.disagreement() is None or len(earlier) + 1 >= attempts:
+            return timed
+        earlier.append((before, after))
 
 
 def _run_trials(sb: Sandbox, ctx: StandardContext, protocol: StandardProtocol, deadline: float,
@@ -381,15 +474,20 @@ _METHOD_NAMES = {"cuda_event": "kernelbench-cuda-events", "do_bench": "kernelben
                  "host_time": "kernelbench-host-time"}
 
 
-def _timing(cand: TimingStats, baseline: TimingStats, flush_ms: float | None, method: str,
-            settings: Settings) -> tuple[Timing, list[str]]:
-    """The timing record, and why its speedup is a draw (see `unstable_timing`)."""
+def _timing(timed: Bracketed, flush_ms: float | None, method: str, settings: Settings) -> tuple[Timing, list[str]]:
+    """The timing record, and why its speedup is a draw (see `unstable_timing`, `baseline_disagreement`)."""
     if settings.device_type == "cuda":
         name = _METHOD_NAMES[method]
     else:  # every method is a host clock on a CPU
         name = "host-timer" if method == "cuda_event" else f"host-timer ({method})"
+    cand, baseline = timed_stats(timed.candidate), timed.baseline()
     speedup = baseline.mean_ms / cand.mean_ms if cand.mean_ms > 0 else float("inf")
     reasons = unstable_timing(cand, baseline, flush_ms)
+    disagreed = timed.disagreement()
+    if disagreed is not None:
+        reasons.append(disagreed + f", in each of {len(timed.earlier) + 1} attempts")
     notes = (f"{Category.UNSTABLE_TIMING.value}: {'; '.join(reasons)}",) if reasons else ()
+    notes += ("the baseline timed right before and right after the candidate, in the same window: "
+              + ", then ".join(f"{b:.4g} and {a:.4g} ms" for b, a in timed.bracket_means()) + " (means)",)
     return Timing(method=name, statistic="mean_ms", candidate=cand, baselines={"eager": baseline},
                   speedups={"eager": speedup}, notes=notes), reasons

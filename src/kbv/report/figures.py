@@ -13,13 +13,14 @@ from kbv.verdict import Verdict
 
 
 def primary_baseline(v: Verdict) -> str | None:
-    """The baseline `v.speedup` was measured against (the timing's speedup equal to it), else the first."""
-    if v.timing is None or not v.timing.speedups:
+    """The baseline `v.speedup` was measured against (the timing's speedup equal to it), else the first
+    with a speedup, else the first timed (a timing with no speedup: calls too short to time)."""
+    if v.timing is None:
         return None
     for name, value in v.timing.speedups.items():
         if v.speedup is not None and value == v.speedup:
             return name
-    return next(iter(v.timing.speedups))
+    return next(iter(v.timing.speedups), None) or next(iter(v.timing.baselines), None)
 
 
 def speedup_interval(v: Verdict) -> tuple[float, float] | None:

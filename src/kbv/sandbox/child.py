@@ -74,6 +74,7 @@ class Child:
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
         self._profiler_warm: Any = None  # the profiler's first start, in the background after `memory`
+        self.profiled = False  # this child has been through the profiler (`_as_profiled`)
         self.first_call: Any = None  # memory before the model's first call (kbv.sandbox.memory.FirstCall)
         self.source = ""  # "candidate" or "reference", from the first load
         if self.device.type == "cuda":
@@ -378,6 +379,7 @@ class Child:
             self.guards.phase = "call"
             t = _now()
             result = profile_forward(self.model, args, self.device, self.clock)
+            self.profiled = True
             seconds["profiled_call"] = _now() - t
             self.guards.phase = "harness"
             if self.device.type == "cuda":  # a CPU's attribution is by launch counts alone
@@ -513,16 +515,27 @@ class Child:
 
     def op_warmup(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Warm up by time; with `costs` (a baseline child: it runs no candidate code), on a GPU, measure
-        what the timed window costs by itself, anew before each timing (the device is quiet then)."""
-        from kbv.sandbox.timers import measure_window_costs, warm_up
+        what the timed window costs by itself (`costs` probes, the least of each). With `profiled`,
+        first bring the child to where a profiled one stands (`_as_profiled`)."""
+        from kbv.sandbox.timers import warm_up
 
+        if cmd.get("profiled"):
+            self._as_profiled()
         with self.torch.no_grad():
             calls = warm_up(self.clock, self.model, self.pool, float(cmd.get("ms", 100.0)))
-        reply: dict[str, Any] = {"calls": calls}
-        if cmd.get("costs") and self.clock.cuda:
-            costs = measure_window_costs(self.clock)
-            reply["window_costs_ms"] = [costs.launch, costs.sync]
-        return reply
+        return {"calls": calls, **self._window_costs(cmd.get("costs"))}
+
+    def _window_costs(self, probes: Any) -> dict[str, Any]:
+        """On a GPU, with `probes` (a count, or True for the default), what the timed window costs by
+        itself now, as the reply's `window_costs_ms` [launch, sync], and the host's milliseconds the
+        probes took (`probe_ms`: the parent's wall clock of a block leaves them out)."""
+        from kbv.sandbox.timers import COST_PROBES, measure_window_costs
+
+        if not probes or not self.clock.cuda:
+            return {}
+        t0 = self.clock.perf_counter()
+        costs = measure_window_costs(self.clock, COST_PROBES if probes is True else int(probes))
+        return {"window_costs_ms": [costs.launch, costs.sync], "probe_ms": (self.clock.perf_counter() - t0) * 1e3}
 
     def _window(self, cmd: dict[str, Any]) -> Any:
         """The timed window a command asks for: this child's flush, the costs the parent sends."""
@@ -532,7 +545,9 @@ class Child:
         return Window(self.flush, WindowCosts(float(costs[0]), float(costs[1])) if costs else None)
 
     def op_time_block(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out."""
+        """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out.
+        With `probe_costs` (a baseline child's blocks), the window's own costs measured right after
+        the block, beside the blocks they correct."""
         from kbv.sandbox.timers import time_block
 
         recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
@@ -552,8 +567,9 @@ class Child:
         from kbv.sandbox.guards import is_timer
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]
-        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "persisting_l2": block.persisting_l2,
-                "tampered": sorted(set(self.clock.tampered()) | set(timers)), **delivered}
+        return {"device_ms": block.device_ms, "host_ms": block.host_ms, "stream_ms": block.stream_ms,
+                "persisting_l2": block.persisting_l2, "tampered": sorted(set(self.clock.tampered()) | set(timers)),
+                **self._window_costs(cmd.get("probe_costs")), **delivered}
 
     def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Each fresh input set timed twice in a row, unchanged, then another fresh set (`fresh`, one
@@ -603,12 +619,35 @@ class Child:
         """The harness's own objects holding tensors: their memory is never the model's."""
         return [self.kept, self.pool, self.flush, self.previous_inputs, list(self.slots.values())]
 
+    def _as_profiled(self) -> None:
+        """On a GPU, once: this child goes through PyTorch's profiler as a candidate's does in its
+        attribution (the profiler's first session, then one profiled forward), so that every child
+        that times stands alike. A Kineto session leaves CUPTI attached to the process when it ends
+        (it is torn down only under TEARDOWN_CUPTI=1), and an attached CUPTI lengthens every later
+        launch and synchronise by microseconds: identity candidates timed after their attribution
+        against baselines never profiled came out 0.49-0.69x on launch-bound problems and 0.94-0.98x
+        on a 0.38 ms matmul (an H100). A candidate's child is profiled already (nothing happens).
+        TODO: that this brings identities to 1.00 is what tests/test_identity_gpu.py holds; no GPU has
+        run it yet (tearing CUPTI down after each session, TEARDOWN_CUPTI=1, would leave both sides
+        cleaner, and is untried here: its re-initialisation crashed with CUDA graphs before CUDA 12.6)."""
+        if self.device.type != "cuda" or self.profiled or self.model is None or not self.pool:
+            return
+        from kbv.sandbox.profiling import profile_forward
+
+        self._warm_profiler()
+        if self._profiler_warm is not None:
+            self._profiler_warm.join()
+        with self.torch.no_grad():
+            profile_forward(self.model, self.pool[0], self.device, self.clock)
+        self.sync()
+        self.profiled = True
+
     def _warm_profiler(self) -> None:
-        """Memory is measured; attribution (the profiler) comes next. The driver-level watch gives CUPTI
-        up, and the profiler's first start (seconds) runs in the background while the parent prepares
-        the attribution's inputs."""
-        if self.device.type != "cuda" or self._profiler_warm is not None or self.source != "candidate":
-            return  # a baseline child is never profiled
+        """Memory is measured; the profiler comes next (a candidate's attribution, a baseline's
+        `_as_profiled`). The driver-level watch gives CUPTI up, and the profiler's first start
+        (seconds) runs in the background while the parent prepares what comes next."""
+        if self.device.type != "cuda" or self._profiler_warm is not None:
+            return
         import threading
 
         from kbv.sandbox.profiling import warm_profiler

@@ -129,11 +129,13 @@ def _code_of(obj: Any) -> Any:
 TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.synchronize", "torch.cuda.Event",
                "torch.cuda.Event.record", "torch.cuda.Event.elapsed_time", "torch.cuda.Event.synchronize",
                "kbv.sandbox.timers.Clock", "kbv.sandbox.timers.time_block", "kbv.sandbox.timers.time_kernelbench",
-               "kbv.sandbox.timers.warm_up", "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.measure_window_costs",
+               "kbv.sandbox.timers.warm_up", "kbv.sandbox.timers._call_ms", "kbv.sandbox.timers.subtract_costs",
+               "kbv.sandbox.timers.measure_window_costs",
                "kbv.sandbox.timers.Window", "kbv.sandbox.timers.WindowCosts", "kbv.sandbox.timers._time_cuda_events",
                "kbv.sandbox.timers._time_host_synchronised", "kbv.sandbox.timers._time_do_bench",
                "kbv.sandbox.timers._do_bench_estimate", "kbv.sandbox.timers._time_host", "kbv.sandbox.timers._flush_ms",
                "Child.op_time_block", "Child.op_time", "Child.op_warmup", "Child.op_replay", "Child._window",
+               "Child._window_costs", "Child._as_profiled",
                "kbv.sandbox.l2.PersistingL2")
 
 

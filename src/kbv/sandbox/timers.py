@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -254,9 +254,10 @@ def _flush_ms(clock: Clock, flush: Callable[[], Any], repeats: int = FLUSH_PROBE
 
 @dataclass(frozen=True)
 class BlockResult:
-    device_ms: list[float]  # CUDA-event time per call (host time on CPU)
+    device_ms: list[float]  # per call: begin -> done, less the window's costs where given (host time on CPU)
     host_ms: list[float]  # host wall time per call, flush excluded
     persisting_l2: str | None = None  # what a call set up, though it was reset before each call
+    stream_ms: list[float] = field(default_factory=list)  # per call: begin -> end, its own stream (host time on CPU)
 
 
 def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], min_ms: float,
@@ -276,9 +277,9 @@ def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]],
 
 @dataclass(frozen=True)
 class WindowCosts:
-    """What a timed window costs by itself (ms, medians over calls on an idle device; see
-    `measure_window_costs`). Both are time the device spends idle (but for the fill's own microsecond
-    or so), so taking them out hides no work worth having: `launch`, from the start event to the end of the quickest call the host can launch (a
+    """What a timed window costs by itself (ms; see `measure_window_costs`). Both are time the device
+    spends idle (but for the fill's own microsecond or so), so taking them out hides no work worth
+    having: `launch`, from the start event to the end of the quickest call the host can launch (a
     one-element fill, the device waiting on the host's launch path all the while); `sync`, from an
     event the device has reached to one recorded once the device-wide synchronise has returned."""
 
@@ -295,12 +296,20 @@ class Window:
     costs: WindowCosts | None = None
 
 
-def measure_window_costs(clock: Clock, repeats: int = 64) -> WindowCosts:
-    """The timed window's own costs, measured as a call pays them (CUDA)."""
+COST_PROBES = 8  # probes of the window's costs beside each block of a baseline's (the least of them counts)
+
+
+def measure_window_costs(clock: Clock, repeats: int = COST_PROBES) -> WindowCosts:
+    """The timed window's own costs, measured as a call pays them (CUDA): the LEAST of `repeats`
+    probes of each, never a median. Both are host latencies, which a moment of load on the host (a
+    neighbour's process, an interrupt) can only lengthen: the quickest probe is what the window cost
+    when nothing got in its way, so no more is taken out of a call than every call certainly paid.
+    A median taken while the host was busy was measured at 75 us on an H100 where a few us is normal,
+    and took whole microsecond-long calls out with it."""
     a, b, c = (clock.Event(enable_timing=True) for _ in range(3))
     tiny = torch.empty(1, dtype=torch.int32, device=clock.device)
     launch, sync = [], []
-    for _ in range(repeats):
+    for _ in range(max(1, repeats)):
         clock.synchronize()
         clock.record(a)
         tiny.fill_(1)
@@ -310,7 +319,7 @@ def measure_window_costs(clock: Clock, repeats: int = 64) -> WindowCosts:
         clock.synchronize()
         launch.append(float(clock.elapsed_time(a, b)))
         sync.append(float(clock.elapsed_time(b, c)))
-    return WindowCosts(statistics.median(launch), statistics.median(sync))
+    return WindowCosts(min(launch), min(sync))
 
 
 def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], start: int, n: int,
@@ -323,8 +332,10 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
 
     A call's time is begin -> done, so work on every stream counts, less the window's own costs
     (`window.costs`: the synchronise's return and the quickest launch, idle time both), and never
-    less than begin -> end less the launch: what its own stream did."""
-    device_ms, host_ms = [], []
+    less than begin -> end less the launch: what its own stream did (`subtract_costs`). Without
+    costs, begin -> done whole: the parent then takes out the costs measured beside the block. Each
+    call's begin -> end comes back too (`stream_ms`)."""
+    device_ms, host_ms, stream_ms = [], [], []
     persisting = None
     events = [clock.Event(enable_timing=True) for _ in range(3)] if clock.cuda else []
     for i in range(n):
@@ -345,6 +356,7 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
             clock.record(done)
             clock.synchronize()
             host_ms.append((clock.perf_counter() - t0) * 1e3)
+            stream_ms.append(float(clock.elapsed_time(begin, end)))
             device_ms.append(_call_ms(clock, begin, end, done, window.costs))
             persisting = persisting or clock.persisting_l2()
         else:
@@ -352,10 +364,11 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
             out = fn(*args)
             host_ms.append((clock.perf_counter() - t0) * 1e3)
             device_ms.append(host_ms[-1])
+            stream_ms.append(host_ms[-1])
         if on_output is not None:
             on_output(i, out)
         del out
-    return BlockResult(device_ms, host_ms, persisting)
+    return BlockResult(device_ms, host_ms, persisting, stream_ms)
 
 
 def _call_ms(clock: Clock, begin: Any, end: Any, done: Any, costs: WindowCosts | None) -> float:
@@ -363,8 +376,13 @@ def _call_ms(clock: Clock, begin: Any, end: Any, done: Any, costs: WindowCosts |
     whole = float(clock.elapsed_time(begin, done))
     if costs is None:
         return whole
-    own_stream = float(clock.elapsed_time(begin, end))
-    return max(whole - costs.sync - costs.launch, own_stream - costs.launch, 0.0)
+    return subtract_costs(whole, float(clock.elapsed_time(begin, end)), costs.launch, costs.sync)
+
+
+def subtract_costs(whole_ms: float, stream_ms: float, launch_ms: float, sync_ms: float) -> float:
+    """One call's time: its whole window (begin -> done) less the window's own costs, and never less
+    than what its own stream did (begin -> end) less the launch, nor less than 0. Pure."""
+    return max(whole_ms - sync_ms - launch_ms, stream_ms - launch_ms, 0.0)
 
 
 def copy_bandwidth(clock: Clock, nbytes: int, repeats: int = 5) -> float:

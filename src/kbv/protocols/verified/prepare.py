@@ -516,7 +516,9 @@ def _baseline_child(prepared: PreparedProblem, sb: Sandbox, name: str, primary: 
     if name == primary:  # before anything is timed: the driver-level watch stops then (see sandbox.devicewatch)
         with stage("memory"):
             prepared.baseline_memory = memory_stats(sb.call({"op": "memory"}, timeout))
-    sb.call({"op": "warmup", "ms": timer.warmup_ms}, timeout)
+    # as a candidate's child stands once its attribution profiled it (CUPTI attached): here, where it
+    # costs the preparation, not the first candidate's timing
+    sb.call({"op": "warmup", "ms": timer.warmup_ms, "profiled": True}, timeout)
     return sb
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.4"
+PROTOCOL_VERSION = "kbv-verified-1.5"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
@@ -57,6 +57,13 @@ CHARGE_RATIO = 1.15
 CHARGE_SLACK_MS = 0.25
 HACK_RATIO = 2.0
 IMPOSSIBLE_FACTOR = 2.0  # x the device's measured copy bandwidth
+# a call too short to time against the window's costs (`kbv.detect.speed.too_short_to_time`): its median,
+# once they are taken out, is within the CUDA events' own resolution (about half a microsecond), or
+# within this many times the spread of those costs from round to round (what taking them out is unsure
+# by), or they exceeded its own quickest window in at least this share of its rounds
+EVENT_RESOLUTION_MS = 0.0005
+WINDOW_NOISE_FACTOR = 2.0
+CAPPED_ROUNDS_SHARE = 0.5
 
 # baselines: name -> (precision policy, torch.compile)
 BASELINES = {"eager-tf32": ("tf32", False), "eager-fp32": ("fp32", False), "compile": ("tf32", True)}

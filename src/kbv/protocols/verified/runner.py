@@ -263,7 +263,7 @@ class VerifiedRunner:
             records.speed = self._time(sb, prepared, deadline)
         with stage("probes"):
             records.findings.append(self._replay_probe(sb, prepared, deadline, records.speed.window_costs_ms))
-        if self.copy_gbps and "candidate" in records.speed.stats:
+        if self.copy_gbps and "candidate" in records.speed.stats and "candidate" not in records.speed.too_short:
             records.findings.append(impossible_speed(_min_dram_bytes(prepared, self.settings.l2_bytes),
                                                      records.speed.stats["candidate"].median_ms, self.copy_gbps))
 
@@ -399,6 +399,9 @@ def judge(records: Records, prepared: PreparedProblem, protocol: VerifiedProtoco
                else "; ".join(why for _, why in found))
     if status is Status.VERIFIED and speed.charge > 1.0:
         message += f"; timed at its wall clock, {speed.charge:.2f}x what it reported"
+    if status is Status.VERIFIED and protocol.primary_baseline not in speed.speedups and speed.too_short:
+        message += (f"; no speedup: the {' and the '.join(speed.too_short)}'s calls were too short to time "
+                    "against the window's own costs")
     return {"status": status, "categories": cats, "trials": trials, "timing": timing, "memory": records.memory,
             "baseline_memory": prepared.baseline_memory, "message": message[:400], "evidence": ev,
             "speedup": speed.speedups.get(protocol.primary_baseline) if status is Status.VERIFIED else None}

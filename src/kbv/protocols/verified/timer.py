@@ -3,10 +3,14 @@
 The candidate and each baseline live in their own child and hold the same pool of input sets (fresh
 values, more bytes in total than the L2 cache). After a warm-up by time, the parent asks them in turn
 (ABBA order) for blocks of timed calls; each call gets the next pool entry, a cold L2, and a
-device-wide synchronise inside its timed window. The window's own costs (the synchronise's return,
-the quickest launch: idle time) are measured by a baseline's child, which runs no
-candidate code, and sent with every block, the candidate's too (`kbv.sandbox.timers`). Sampling stops once every median is known to the
-target precision, or at a cap. A random call of every candidate block has its output copied out and
+device-wide synchronise inside its timed window. Children report each call's whole window; the
+window's own costs (the synchronise's return, the quickest launch: idle time) are measured by a
+baseline's child, which runs no candidate code, right after each of its blocks, and the parent takes
+them out of the calls of that round, the candidate's and the baselines' alike (`settle`). Sampling
+stops once every median is known to the target precision, or at a cap. A side whose calls are too
+short to time against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). Before
+any of it, every child stands as a profiled one does (a GPU's CUPTI, which a profiler session leaves
+attached: `kbv.sandbox.child`). A random call of every candidate block has its output copied out and
 checked against the truth. The parent's own wall clock around each block bounds what a child can
 claim: a candidate whose time outside its timed calls exceeds the baseline's in the same rounds
 beyond noise is charged the wall time, and one that exceeds it grossly is a hack, once fresh rounds
@@ -16,16 +20,18 @@ re-bound by the candidate are reported by the child's clock.
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from kbv.detect.speed import WallBlock, WallBound, wall_bound
+from kbv.detect.speed import WallBlock, WallBound, too_short_to_time, wall_bound, window_resolution_ms
 from kbv.sandbox import Sandbox
+from kbv.sandbox.timers import COST_PROBES, WindowCosts, subtract_costs
 from kbv.settings import time_left
 from kbv.stats import StopRule, bootstrap_ratio_ci, interleave_order, median, median_ci
 from kbv.verdict import Category, TimingStats
@@ -51,7 +57,11 @@ class TimerConfig:
 class _Side:
     name: str
     sb: Sandbox
-    device_ms: list[float] = field(default_factory=list)
+    whole_ms: list[float] = field(default_factory=list)  # per call, its whole window as reported
+    stream_ms: list[float] = field(default_factory=list)  # per call, its own stream's part as reported
+    rounds: list[int] = field(default_factory=list)  # per call, the round it was timed in
+    device_ms: list[float] = field(default_factory=list)  # per call, the window's costs taken out (`settle`)
+    capped_rounds: int = 0  # rounds whose costs exceeded this side's quickest window (`settle`)
     host_ms: list[float] = field(default_factory=list)
     blocks: list[WallBlock] = field(default_factory=list)  # the parent's wall clock, per block
     tampered: set[str] = field(default_factory=set)
@@ -69,8 +79,9 @@ class SpeedResult:
     timer_s: float
     charge: float = 1.0  # the candidate's speedups are divided by this (>= 1: its wall clock exceeded its report)
     notes: tuple[str, ...] = ()
-    window_costs_ms: tuple[float, float] | None = None  # (launch, sync) taken out of every call, as measured
+    window_costs_ms: tuple[float, float] | None = None  # (launch, sync) taken out, the medians over rounds
     clock_warmup: dict[str, Any] | None = None  # what warming the device's clocks before the window did (kbv.clocks)
+    too_short: tuple[str, ...] = ()  # the sides whose calls were too short to time: no speedup involves them
 
 
 def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributions: int = 1) -> int:
@@ -99,7 +110,8 @@ class _Run:
     pool_len: int
     output_like: list[torch.Tensor]  # the outputs' shapes and dtypes, for a recheck's copy
     deadline: float  # time.monotonic()
-    costs: tuple[float, float] | None  # the window's own costs (launch, sync), ms
+    prober: str | None  # the side whose child measures the window's costs: a baseline's, no candidate code
+    costs: dict[int, WindowCosts] = field(default_factory=dict)  # round -> the costs measured beside its blocks
 
 
 def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: TimerConfig,
@@ -110,12 +122,9 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
     and dtypes (meta tensors will do)."""
     t0 = time.monotonic()
     sides = [_Side("candidate", candidate)] + [_Side(n, sb) for n, sb in baselines.items()]
-    costs = None
-    for side in sides:
-        measure = len(sides) > 1 and side is sides[1]  # a baseline's child: it runs no candidate code
-        reply = side.sb.call({"op": "warmup", "ms": config.warmup_ms, "costs": measure}, time_left(deadline))
-        costs = _window_costs(reply.get("window_costs_ms")) if measure else costs
-    run = _Run(config, pool_len, output_like, deadline, costs)
+    for side in sides:  # every child as a profiled one stands (the candidate's is, by its attribution)
+        side.sb.call({"op": "warmup", "ms": config.warmup_ms, "profiled": True}, time_left(deadline))
+    run = _Run(config, pool_len, output_like, deadline, sides[1].name if len(sides) > 1 else None)
     rng = random.Random(0x7137)
     findings: list[tuple[Category, str]] = []
     rechecked = 0
@@ -134,6 +143,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
                 if why:
                     findings.append((Category.RESULT_CACHE, f"a timed call returned a wrong output: {why}"))
         rnd += 1
+        _settle(sides, run.costs)
         samples = [s.device_ms for s in sides]
         if config.stop.satisfied(samples) or config.stop.exhausted(samples, time.monotonic() - t0) \
                 or findings or time_left(deadline, floor_s=0.0) < 5:
@@ -146,7 +156,7 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
     if sides[0].persisting_l2:
         findings.append((Category.PERSISTING_L2, f"a timed call set up {sides[0].persisting_l2} (reset before each call)"))
     findings += bound.findings
-    return _result(sides, findings, rechecked, time.monotonic() - t0, bound, costs)
+    return _result(sides, findings, rechecked, time.monotonic() - t0, bound, run.costs)
 
 
 def _time_again(run: _Run, sides: list[_Side], rnd: int) -> WallBound:
@@ -159,13 +169,16 @@ def _time_again(run: _Run, sides: list[_Side], rnd: int) -> WallBound:
             break
         for i in interleave_order(len(sides), r):
             _time_one_block(run, sides[i], r, None)
+    _settle(sides, run.costs)
     return wall_bound(sides[0], sides[1])
 
 
 def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> list[torch.Tensor] | None:
     """One block of `side` in round `rnd`; the outputs of call `recheck`, copied out, if asked for."""
     n = run.config.block
-    command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": n, "costs": run.costs}
+    probe = side.name == run.prober
+    command: dict[str, Any] = {"op": "time_block", "start": side.cursor, "n": n, "costs": None,
+                               "probe_costs": COST_PROBES if probe else 0}
     receipt = None
     if recheck is not None:
         fields, receipt = side.sb.expect(run.output_like)
@@ -174,11 +187,19 @@ def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> li
     reply = side.sb.call(command, time_left(run.deadline))
     wall_ms = (time.perf_counter() - w0) * 1e3
     side.cursor = (side.cursor + n) % run.pool_len
-    reported = [float(x) for x in reply["device_ms"]]
-    side.device_ms += reported
+    whole = [float(x) for x in reply["device_ms"]]  # nothing taken out: the command sent no costs
+    stream = [float(x) for x in reply.get("stream_ms", whole)]
+    side.whole_ms += whole
+    side.stream_ms += stream if len(stream) == len(whole) else whole
+    side.rounds += [rnd] * len(whole)
     side.host_ms += [float(x) for x in reply["host_ms"]]
+    if probe and (costs := _window_costs(reply.get("window_costs_ms"))) is not None:
+        run.costs[rnd] = costs
+        # the probes are the harness's, after the block's calls: they are no time the baseline's calls
+        # spent outside their windows, which the candidate's are judged against (`wall_bound`)
+        wall_ms -= min(max(_ms(reply.get("probe_ms")), 0.0), wall_ms)
     if recheck is None:
-        side.blocks.append(WallBlock(rnd, wall_ms / n, median(reported) if reported else 0.0))
+        side.blocks.append(WallBlock(rnd, wall_ms / n, median(whole) if whole else 0.0))
     side.tampered.update(reply.get("tampered", []))
     side.persisting_l2 = side.persisting_l2 or reply.get("persisting_l2")
     if receipt is None:
@@ -187,27 +208,121 @@ def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> li
     return outs if outs is not None else []
 
 
+def _settle(sides: list[_Side], measured: Mapping[int, WindowCosts]) -> None:
+    """Every side's calls with the window's costs taken out (`settle`), round by round; a round whose
+    measurement is missing takes the median of the others'."""
+    costs = fill_rounds(measured, {r for s in sides for r in s.rounds})
+    for side in sides:
+        side.device_ms, side.capped_rounds = settle(side.whole_ms, side.stream_ms, side.rounds, costs)
+
+
+def fill_rounds(measured: Mapping[int, WindowCosts], rounds: set[int]) -> dict[int, WindowCosts]:
+    """`measured` with every round of `rounds` it lacks given the medians of its figures (none at all,
+    as on a CPU: empty). Pure."""
+    typical = _typical(measured.values())
+    if typical is None:
+        return {}
+    return {r: measured.get(r, typical) for r in rounds}
+
+
+def settle(whole_ms: Sequence[float], stream_ms: Sequence[float], rounds: Sequence[int],
+           costs: Mapping[int, WindowCosts]) -> tuple[list[float], int]:
+    """One side's calls (whole windows, own-stream parts, rounds) with the window's own costs taken
+    out, and the number of its rounds whose measured costs were too large to take out. Pure.
+
+    Why this is sound: the costs are idle time of the device's (its wait for the host's launch path,
+    the synchronise's return), measured by a child that runs no candidate code right beside the
+    blocks they correct, as the least of several probes, so load on the host that lengthens both the
+    calls and the costs of a round is taken out of that round, and a moment of load that lengthened
+    the probes alone is neither carried to other rounds nor taken out whole. A round's costs above
+    the side's own quickest window of that round were lengthened so (that window held the costs and
+    the call both): that round takes the typical costs (the medians over rounds) instead, never more
+    than its quickest window, and is counted, so that a side whose calls are shorter than the costs'
+    jitter is too short to time (`kbv.detect.speed.too_short_to_time`), never 0. Without costs for
+    a round (a CPU), its calls are their whole windows."""
+    out = list(whole_ms)
+    capped = 0
+    typical = _typical(costs.values())
+    by_round: dict[int, list[int]] = {}
+    for i, rnd in enumerate(rounds):
+        by_round.setdefault(rnd, []).append(i)
+    for rnd, mine in by_round.items():
+        cost = costs.get(rnd)
+        if cost is None or typical is None:
+            continue
+        quickest = min(whole_ms[i] for i in mine)
+        if cost.launch + cost.sync > quickest:
+            capped += 1
+            cost = typical
+        take = min(cost.launch + cost.sync, quickest)
+        launch = min(cost.launch, take)
+        for i in mine:
+            out[i] = subtract_costs(whole_ms[i], stream_ms[i], launch, take - launch)
+    return out, capped
+
+
+def _typical(costs: Iterable[WindowCosts]) -> WindowCosts | None:
+    """The medians of `costs`' launches and synchronises (None without any)."""
+    known = list(costs)
+    if not known:
+        return None
+    return WindowCosts(median([c.launch for c in known]), median([c.sync for c in known]))
+
+
 def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked: int, elapsed: float,
-            bound: WallBound, costs: tuple[float, float] | None) -> SpeedResult:
+            bound: WallBound, measured: Mapping[int, WindowCosts]) -> SpeedResult:
     stats = {s.name: _stats(s.device_ms) for s in sides if s.device_ms}
-    cand = sides[0].device_ms
-    speedups, cis = {}, {}
-    for s in sides[1:]:
-        if cand and s.device_ms:
-            speedups[s.name] = median(s.device_ms) / max(median(cand), 1e-9) / bound.charge
-            lo, hi = bootstrap_ratio_ci(s.device_ms, cand)
-            cis[s.name] = (lo / bound.charge, hi / bound.charge)
-    notes = bound.notes + ((f"the window's own costs, taken out of every call: the quickest launch "
-                            f"{costs[0] * 1e3:.1f} us, the synchronise's return {costs[1] * 1e3:.1f} us",)
-                           if costs else ())
-    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, notes, costs)
+    costs = fill_rounds(measured, {r for s in sides for r in s.rounds})
+    totals = [c.launch + c.sync for c in costs.values()]
+    resolution = window_resolution_ms(totals)
+    typical = _typical(costs.values())
+    taken = typical.launch + typical.sync if typical is not None else None
+    short = {s.name: why for s in sides if s.device_ms and (why := too_short_to_time(
+        s.name, stats[s.name].median_ms, s.capped_rounds, len(set(s.rounds)), resolution, taken))}
+    speedups, cis = judge_speedups(sides[0].device_ms, {s.name: s.device_ms for s in sides[1:]}, bound.charge,
+                                   set(short))
+    notes = bound.notes + tuple(short.values())
+    if short:
+        notes += (f"no speedup where a side was too short to time ({', '.join(short)})",)
+    if typical is not None:
+        notes += (f"the window's own costs, taken out of every call: the quickest launch "
+                  f"{typical.launch * 1e3:.1f} us, the synchronise's return {typical.sync * 1e3:.1f} us (medians "
+                  f"over {len(costs)} rounds of the least of {COST_PROBES} probes beside each; taking them out "
+                  f"is unsure by {resolution * 1e3:.1f} us)",)
+    summary = (typical.launch, typical.sync) if typical is not None else None
+    return SpeedResult(stats, speedups, cis, tuple(findings), rechecked, elapsed, bound.charge, notes, summary,
+                       too_short=tuple(short))
 
 
-def _window_costs(said: Any) -> tuple[float, float] | None:
+def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Sequence[float]], charge: float,
+                   too_short: set[str]) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Per baseline, median(baseline) / median(candidate) / `charge` and its bootstrap interval, where
+    both sides have samples and neither is in `too_short` (a ratio of what is left once the window's
+    costs are taken out of calls shorter than their jitter is an artefact: 0, or huge). Pure."""
+    speedups: dict[str, float] = {}
+    cis: dict[str, tuple[float, float]] = {}
+    if not candidate_ms or "candidate" in too_short:
+        return speedups, cis
+    for name, samples in baselines_ms.items():
+        if not samples or name in too_short:
+            continue
+        speedups[name] = median(samples) / max(median(candidate_ms), 1e-9) / charge
+        lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
+        cis[name] = (lo / charge, hi / charge)
+    return speedups, cis
+
+
+def _ms(said: Any) -> float:
+    """A figure of a trusted child's reply in ms (0 where it is not a finite number)."""
+    ok = isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said)
+    return float(said) if ok else 0.0
+
+
+def _window_costs(said: Any) -> WindowCosts | None:
     """(launch, sync) ms from the baseline child's reply, if they are plausible figures (under 1 ms)."""
     if isinstance(said, list) and len(said) == 2 and all(
             isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in said):
-        return float(said[0]), float(said[1])
+        return WindowCosts(float(said[0]), float(said[1]))
     return None
 
 
