@@ -78,9 +78,9 @@ def test_a_problem_too_large_for_the_machine_is_refused_with_its_figures():
 
 def test_the_least_standard_plan_makes_each_trial_for_each_candidate():
     fp = _elementwise(GIB)
-    plan = plan_standard(fp, 5, Available(None, 16 * GIB), "p.py")
+    plan = plan_standard(fp, 5, Available(None, 20 * GIB), "p.py")
     assert 0 <= plan.held < 5
-    assert standard_need(fp, plan.held, plan.home, False).host <= FIT_SHARE * 16 * GIB
+    assert standard_need(fp, plan.held, plan.home, False).host <= FIT_SHARE * 20 * GIB
     assert plan_standard(fp, 5, Available(None, 64 * GIB), "p.py").held == 5
 
 
