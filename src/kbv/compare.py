@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -61,13 +63,14 @@ def error_summary(reference: torch.Tensor, output: torch.Tensor) -> tuple[float,
 CHUNK = 1 << 22  # elements compared at a time: float64 temporaries of 32 MiB each, whatever the output's size
 
 
-def _chunks(truth: torch.Tensor, output: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Matching slices of `truth` and `output` (on truth's device), each as float64."""
+def _chunks(truth: torch.Tensor, output: torch.Tensor | None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Matching slices of `truth` and `output` (on truth's device), each as float64 (a float64 truth's
+    slices are views of it: never written)."""
     t_flat = truth.detach().reshape(-1)
-    o_flat = output.detach().reshape(-1)
+    o_flat = output.detach().reshape(-1) if output is not None else None
     for start in range(0, t_flat.numel(), CHUNK):
         t = t_flat[start:start + CHUNK].to(torch.float64)
-        o = o_flat[start:start + CHUNK].to(device=t.device, dtype=torch.float64)
+        o = o_flat[start:start + CHUNK].to(device=t.device, dtype=torch.float64) if o_flat is not None else t
         yield t, o
 
 
@@ -110,10 +113,79 @@ class ErrorMeasure:
         return max(self.norm, self.elem)
 
 
+@dataclass(frozen=True)
+class TruthStats:
+    """One truth tensor's figures, taken once and kept while it is unchanged (`truth_stats`)."""
+
+    count: int  # its elements
+    finite: bool  # every element finite
+    square_sum: float  # sum of squares (of the finite elements)
+    total: float  # sum (of the finite elements)
+
+    @property
+    def rms(self) -> float:
+        return (self.square_sum / self.count) ** 0.5 if self.count else 0.0
+
+
+_STATS: dict[int, tuple[weakref.ref[torch.Tensor], int, TruthStats]] = {}
+
+
+def truth_stats(truth: torch.Tensor) -> TruthStats:
+    """`truth`'s figures, computed once per tensor while its contents are unchanged (its version):
+    the same truth is compared with many outputs (a candidate's trials, the screen's trivials)."""
+    key = id(truth)
+    held = _STATS.get(key)
+    if held is not None and held[0]() is truth and held[1] == truth._version:
+        return held[2]
+    count, finite, square_sum, total = 0, True, 0.0, 0.0
+    for t, _ in _chunks(truth, None):
+        square = float(torch.dot(t, t)) if t.numel() else 0.0
+        if not math.isfinite(square):  # a NaN or infinity (or a square past float64's range): masked
+            t = t[torch.isfinite(t)]
+            finite, square = False, float(torch.dot(t, t)) if t.numel() else 0.0
+        count += t.numel()
+        square_sum += square
+        total += float(t.sum())
+    stats = TruthStats(count, finite, square_sum, total)
+    if len(_STATS) > 256:
+        for k in [k for k, (ref, _, _) in _STATS.items() if ref() is None]:
+            del _STATS[k]
+    _STATS[key] = (weakref.ref(truth), truth._version, stats)
+    return stats
+
+
 def measure_error(truth: torch.Tensor, output: torch.Tensor) -> ErrorMeasure:
-    """Errors of `output` against `truth` (float64), over the elements finite in both. Two passes of
-    chunks (`CHUNK`): the truth's rms first, then the errors against it; a multi-GB output costs no
-    multi-GB temporaries."""
+    """Errors of `output` against `truth` (float64), over the elements finite in both, a chunk at a
+    time (`CHUNK`): a multi-GB output costs no multi-GB temporaries. Where both are finite everywhere
+    (almost always) one pass, against the truth's kept rms (`truth_stats`); else two, masked."""
+    stats = truth_stats(truth)
+    if stats.finite:
+        measured = _measure_finite(truth, output, stats)
+        if measured is not None:
+            return measured
+    return _measure_masked(truth, output)
+
+
+def _measure_finite(truth: torch.Tensor, output: torch.Tensor, stats: TruthStats) -> ErrorMeasure | None:
+    """One pass where the truth is finite everywhere; None as soon as the output is not (the masked
+    path then measures it)."""
+    if stats.count == 0:
+        return ErrorMeasure(0.0, 0.0, True)
+    scale = max(stats.rms, torch.finfo(torch.float64).tiny)
+    diff_sum, elem = 0.0, 0.0
+    for t, o in _chunks(truth, output):
+        d = torch.sub(o, t)  # (chunk,) a temporary of its own: `t` may be the truth itself
+        square = float(torch.dot(d, d))
+        if not math.isfinite(square):  # a NaN or infinity in the output (or a square past float64's range)
+            return None
+        diff_sum += square
+        d.abs_().div_(t.abs().add_(scale))
+        elem = max(elem, float(d.max()))
+    return ErrorMeasure(diff_sum ** 0.5 / (scale * stats.count ** 0.5), elem, True)
+
+
+def _measure_masked(truth: torch.Tensor, output: torch.Tensor) -> ErrorMeasure:
+    """Two passes over the elements finite in both: the truth's rms there, then the errors."""
     match, count, square_sum = True, 0, 0.0
     for t, o in _chunks(truth, output):
         match = match and bool(torch.equal(torch.isnan(t), torch.isnan(o)) and torch.equal(t == float("inf"), o == float("inf"))
@@ -136,6 +208,20 @@ def measure_error(truth: torch.Tensor, output: torch.Tensor) -> ErrorMeasure:
         elem = max(elem, float((diff / (t.abs() + scale)).max()))
     norm = diff_sum ** 0.5 / (scale * (count ** 0.5))
     return ErrorMeasure(norm, elem, match)
+
+
+def constant_fails(value: float, truth: torch.Tensor, allowed: ErrorMeasure) -> bool:
+    """Whether an output equal to `value` everywhere fails against `truth` on its normwise error
+    alone, from the truth's kept figures (no pass over it): ||c - t||^2 = n c^2 - 2 c sum(t) + sum(t^2).
+    False where that cannot decide (a non-finite truth, or a normwise error within what is allowed:
+    the caller then measures the whole output)."""
+    stats = truth_stats(truth)
+    if not stats.finite or stats.count == 0 or not math.isfinite(value):
+        return False
+    scale = max(stats.rms, torch.finfo(torch.float64).tiny)
+    squared = max(stats.count * value * value - 2 * value * stats.total + stats.square_sum, 0.0)
+    norm = squared ** 0.5 / (scale * stats.count ** 0.5)
+    return norm > 2 * allowed.norm  # a margin over the sum's rounding: a near pass is measured in full
 
 
 def allowed_error(baseline: ErrorMeasure, tol: Tolerance) -> ErrorMeasure:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from kbv.compare import judge_outputs, measure_error
+from kbv.compare import allowed_error, constant_fails, judge_outputs, measure_error
 from kbv.protocols.verified.rules import JUDGES_NOTHING
 
 if TYPE_CHECKING:
@@ -41,32 +41,40 @@ class SoundnessReport:
         return not self.flags
 
 
-def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[torch.Tensor], torch.Tensor | None]]:
-    """The trivial candidates, as functions of a reference output (None: the trivial does not apply,
-    e.g. the identity of an input of another shape)."""
+Trivial = Callable[[torch.Tensor], "torch.Tensor | float | None"]
+
+
+def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Trivial]:
+    """The trivial candidates, as functions of a reference output: a tensor, a float for an output
+    that is that value everywhere (judged from the truth's figures, no tensor made), or None where
+    the trivial does not apply (the identity of an input of another shape)."""
     first = next((x for x in trial.inputs if isinstance(x, torch.Tensor)), None)
 
-    def mean(ref: torch.Tensor) -> torch.Tensor | None:
+    def mean(ref: torch.Tensor) -> float | None:
         # a scalar's own mean is the answer itself: use the value at another draw, a constant a
         # candidate could know
         if ref.numel() <= 1:
             if other is None:
                 return None
-            return torch.full_like(ref, float(other.evaluation.truth[0].double().mean()))
-        return torch.full_like(ref, float(ref.double().mean()))
+            return float(other.evaluation.truth[0].double().mean())
+        return float(ref.double().mean())
 
     def identity(ref: torch.Tensor) -> torch.Tensor | None:
         if first is None or first.shape != ref.shape:
             return None
         return first.to(ref.dtype)
 
-    def uninitialised(ref: torch.Tensor) -> torch.Tensor:
-        return torch.empty_like(ref)
+    def uninitialised(ref: torch.Tensor) -> float:
+        # what a candidate's empty output holds in its own child: fresh pages, zeros (recycled memory
+        # holds its own earlier output, the reference at other inputs, judged below). Never the
+        # parent's own recycled memory: it may hold the very answer (the screen's second run of the
+        # reference), which no child can read, and would flag a sound problem
+        return 0.0
 
     return {
         "identity": identity,
-        "zeros": torch.zeros_like,
-        "ones": torch.ones_like,
+        "zeros": lambda ref: 0.0,
+        "ones": lambda ref: 1.0,
         "mean": mean,
         "uninitialised": uninitialised,
     }
@@ -75,6 +83,17 @@ def _trivials(trial: TrialData, other: TrialData | None) -> dict[str, Callable[[
 def _passes(outputs: list[torch.Tensor], trial: TrialData, protocol: VerifiedProtocol) -> bool:
     ev = trial.evaluation
     return judge_outputs(outputs, ev.truth, ev.baseline_err, protocol.tolerance).passed
+
+
+def _trivial_passes(made: list[torch.Tensor | float], trial: TrialData, protocol: VerifiedProtocol) -> bool:
+    """Whether a trivial's outputs pass: one that is a constant failing on its normwise error alone
+    fails without a tensor made (`constant_fails`); the rest are made and judged in full."""
+    ev = trial.evaluation
+    for out, truth, base in zip(made, ev.truth, ev.baseline_err):
+        if isinstance(out, float) and constant_fails(out, truth, allowed_error(base, protocol.tolerance)):
+            return False
+    outputs = [torch.full_like(b, out) if isinstance(out, float) else out for out, b in zip(made, ev.baseline)]
+    return _passes(outputs, trial, protocol)
 
 
 @dataclass(frozen=True)
@@ -117,10 +136,10 @@ class ScreenTally:
                 return
             self.judged.append(dist)
             for name, make in _trivials(first, trials[1] if len(trials) > 1 else None).items():
-                outputs = [make(b) for b in first.evaluation.baseline]
-                if all(o is not None for o in outputs) and _passes(outputs, first, self.protocol):
+                made = [make(b) for b in first.evaluation.baseline]
+                if all(o is not None for o in made) and _trivial_passes(made, first, self.protocol):
                     self.passes.setdefault(name, []).append(dist)
-                del outputs
+                del made
             if len(trials) > 1:
                 second = trials[1].drawn_inputs()  # its inputs alone: no reference call of its own is needed
                 model = ctx.reference.build(first.weight_seed)
