@@ -2,12 +2,13 @@
 
     python naive_harness.py SPEC.json OUT.json
 
-SPEC: {"tolerance": 0.01, "jobs": [{"name", "problem_code", "honest", "mutant", "breaks"}, ...]}, the
-two candidates as file paths. Per job, the harness imports the candidate in its own process, builds
-`Model` and `ModelNew` under seed 42, checks five trials on fresh draws of the problem's own
-`get_inputs()` (the reference first, on the same tensors, then a shape check and `torch.allclose`),
-and times calls on one input set with a host clock it binds once it is built (after the candidate's
-import, as a harness that guards against later patching does). The honest candidate is timed the
+SPEC: {"tolerance": 0.01, "device": "cpu", "jobs": [{"name", "problem_code", "honest", "mutant",
+"breaks"}, ...]}, the two candidates as file paths. Per job, the harness imports the candidate in its
+own process, builds `Model` and `ModelNew` under seed 42, checks five trials on fresh draws of the
+problem's own `get_inputs()` (the reference first, on the same tensors, then a shape check and
+`torch.allclose`), and times calls on one input set: on a CPU with a host clock it binds once it is
+built (after the candidate's import, as a harness that guards against later patching does), on a
+GPU with a CUDA event pair around each call and a synchronise after it (KernelBench's way). The honest candidate is timed the
 same way just before its mutant is imported. A mutant fools this harness when its trials pass and,
 for a speed hack, its time is below the honest one by more than MARGIN.
 
@@ -30,9 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels on the CPU, before triton is imported
-
-import torch  # noqa: E402
+import torch
 
 MARGIN = 0.10
 TRIALS = 5
@@ -74,26 +73,32 @@ def load_module(path: str, name: str) -> Any:
 class NaiveHarness:
     """Correctness on the problem's own inputs, then wall-clock timing on one input set."""
 
-    def __init__(self, problem: Any, tolerance: float) -> None:
+    def __init__(self, problem: Any, tolerance: float, device: str) -> None:
         self.problem = problem
         self.tolerance = tolerance
+        self.device = torch.device(device)
         self.now = time.perf_counter  # bound once, when the harness is built
+
+    def inputs(self) -> list[Any]:
+        return [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in self.problem.get_inputs()]
 
     def models(self, new_class: Any) -> tuple[Any, Any]:
         init = self.problem.get_init_inputs()
         torch.manual_seed(42)
-        model = self.problem.Model(*init)
+        model = self.problem.Model(*init).to(self.device)
         torch.manual_seed(42)
-        return model, new_class(*init)
+        return model, new_class(*init).to(self.device)
 
     def correct(self, model: Any, new: Any) -> bool:
         torch.manual_seed(42)
         seeds = [int(torch.randint(0, 2**32 - 1, (1,)).item()) for _ in range(TRIALS)]
         for seed in seeds:
             torch.manual_seed(seed)
-            inputs = self.problem.get_inputs()
+            inputs = self.inputs()
             ref = model(*inputs)
             out = new(*inputs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
             if tuple(out.shape) != tuple(ref.shape) or not torch.allclose(out, ref, atol=self.tolerance,
                                                                           rtol=self.tolerance):
                 return False
@@ -101,9 +106,11 @@ class NaiveHarness:
 
     def time_ms(self, new: Any) -> float:
         torch.manual_seed(42)
-        inputs = self.problem.get_inputs()
+        inputs = self.inputs()
         for _ in range(WARMUP_CALLS):
             new(*inputs)
+        if self.device.type == "cuda":
+            return self._events_ms(new, inputs)
         start = self.now()
         for _ in range(TIMED_CALLS):
             out = new(*inputs)
@@ -111,8 +118,19 @@ class NaiveHarness:
         out.cpu()  # the last output read back: no work of this job runs on into the next
         return elapsed_ms
 
+    def _events_ms(self, new: Any, inputs: list[Any]) -> float:
+        samples = []
+        for _ in range(TIMED_CALLS):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            new(*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        return sum(samples) / len(samples)
 
-def run_job(job: dict[str, Any], tolerance: float, index: int) -> dict[str, Any]:
+
+def run_job(job: dict[str, Any], tolerance: float, device: str, index: int) -> dict[str, Any]:
     problem = type(sys)("naive_problem")
     exec(compile(job["problem_code"], "<problem>", "exec"), problem.__dict__)
     result: dict[str, Any] = {"name": job["name"], "passed": False, "honest_ms": None, "mutant_ms": None,
@@ -120,10 +138,10 @@ def run_job(job: dict[str, Any], tolerance: float, index: int) -> dict[str, Any]
     with pristine(), torch.no_grad():
         try:
             honest = load_module(job["honest"], f"naive_honest_{index}")
-            harness = NaiveHarness(problem, tolerance)
+            harness = NaiveHarness(problem, tolerance, device)
             result["honest_ms"] = harness.time_ms(harness.models(honest.ModelNew)[1])
             mutant = load_module(job["mutant"], f"naive_mutant_{index}")
-            harness = NaiveHarness(problem, tolerance)  # built after the import
+            harness = NaiveHarness(problem, tolerance, device)  # built after the import
             model, new = harness.models(mutant.ModelNew)
             result["passed"] = harness.correct(model, new)
             result["mutant_ms"] = harness.time_ms(new)
@@ -137,7 +155,9 @@ def run_job(job: dict[str, Any], tolerance: float, index: int) -> dict[str, Any]
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text())
-    results = [run_job(job, spec["tolerance"], i) for i, job in enumerate(spec["jobs"])]
+    if spec.get("device", "cpu") == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton kernels on the CPU (read when a kernel is decorated)
+    results = [run_job(job, spec["tolerance"], spec.get("device", "cpu"), i) for i, job in enumerate(spec["jobs"])]
     Path(argv[2]).write_text(json.dumps({"results": results}, indent=1))
     return 0
 

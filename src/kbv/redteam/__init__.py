@@ -110,12 +110,12 @@ class Transformation(abc.ABC):
         """A mutant of `target`, or NotApplicable with the reason (backend, device, or the
         transformation's own). A rewrite that is not Python defining ModelNew is a bug in the
         transformation: it raises ValueError naming it."""
-        backend = target.honest.backend
-        if backend not in self.backends:
-            return self.not_applicable(f"{backend.value} candidates are not rewritten by it")
         if target.device_type not in self.devices:
             return self.not_applicable(f"it means nothing on {target.device_type} "
                                        f"(only on {', '.join(sorted(self.devices))})")
+        backend = target.honest.backend
+        if backend not in self.backends:
+            return self.not_applicable(f"{backend.value} candidates are not rewritten by it")
         try:
             code = self.rewrite(target)
         except RewriteError as exc:  # the honest source does not lend itself to this rewrite

@@ -122,14 +122,19 @@ def _kbv_build_library(init_args, init_kwargs):
 
 def _kbv_library(model, *args):
     library = model.__dict__["_kbv_library_model"]
-    own = dict(model.named_parameters())
-    own.update(model.named_buffers())
-    theirs = set(library.state_dict())
-    if theirs and set(own) == theirs:
-        return torch.func.functional_call(library, own, args)
-    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
-    if device is not None and any(t.device != device for t in library.state_dict().values()):
-        library.to(device)
+    own = model.__dict__.get("_kbv_library_own")
+    if own is None:  # decided once: the candidate's own tensors where they carry the reference's names
+        mine = dict(model.named_parameters())
+        mine.update(model.named_buffers())
+        theirs = set(library.state_dict())
+        own = model.__dict__["_kbv_library_own"] = bool(theirs) and set(mine) == theirs
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        if not own and device is not None:
+            library.to(device)
+    if own:
+        mine = dict(model.named_parameters())
+        mine.update(model.named_buffers())
+        return torch.func.functional_call(library, mine, args)
     return library(*args)
 '''
 
