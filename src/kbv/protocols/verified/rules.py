@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.4"
+PROTOCOL_VERSION = "kbv-verified-1.5"
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
