@@ -106,7 +106,7 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
         check_hacker(config.hacker)
     run_dir = Path(evaluation.run_dir)  # type: ignore[arg-type]
     pairs = _honest_pairs(evaluation)
-    say(f"honest candidates: {len(pairs)} pairs, both protocols")
+    say(f"honest candidates: {len(pairs)}, both protocols")
     first = evaluate(evaluation, progress=_verdict_lines(say, "honest"))
     honest = _honest_rows(pairs, first.verdicts)
     bases = [p for p, row in zip(pairs, honest) if row.base]
@@ -116,7 +116,8 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
     _write_mutants(run_dir, made, skipped, honest, names, device_type)
     failures = list(first.problem_failures)
     if made:
-        say(f"mutants: {len(made)} of {len(bases)} honest candidates x {len(names)} transformations, both protocols")
+        say(f"mutants: {len(made)} ({len(bases)} bases x {len(names)} transformations, {len(skipped)} not applicable), "
+            "both protocols")
         second = evaluate(replace(evaluation, candidates=str(run_dir / MUTANTS_DIR)),
                           progress=_mutant_lines(say, made, honest))
         _check_paired(second.unpaired)
