@@ -4,6 +4,7 @@ examples, and the helpers they share. Nothing here runs a mutant (test_redteam_n
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,21 @@ def test_bad_transformation_files_and_names_are_one_line_errors(tmp_path: Path) 
         discover([tmp_path / "missing"])
     with pytest.raises(UsageError, match="Did you mean replay_pointer"):
         select(discover(), ["replay_pointr"])
+
+
+def test_mutant_files_pair_with_their_own_problem_whatever_the_honest_name(tmp_path: Path) -> None:
+    from kbv.candidates import Candidate, load_candidates
+    from kbv.redteam.run import mutant_file
+
+    target = targets(CPU_HONEST, "cpu")[0]
+    names = ("2_ReLU__cpp", "L1/2_ReLU [some model] #3", "level_1_problem_2_sample_0_kernel", "relu_v2")
+    for name in names:
+        honest = Candidate(target.honest.code, name, "", "")
+        made = by_name()["replay_pointer"].apply(replace(target, honest=honest))
+        assert isinstance(made, Mutant)
+        path = tmp_path / mutant_file(made)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(made.code)
+    pairing = load_candidates(tmp_path, load_problems("smoke"))
+    assert not pairing.unpaired and {p.problem.key for p in pairing.pairs} == {"L1/2_ReLU"}
+    assert len(pairing.pairs) == len(names)

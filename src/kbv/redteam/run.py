@@ -89,8 +89,8 @@ class RedteamResult:
 
 
 def default_run_dir(candidates: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(candidates.rstrip("/")).name or "candidates")
-    return str(Path("kbv-runs") / f"redteam-{name}")
+    """kbv-runs/redteam-<the candidates' name>."""
+    return str(Path("kbv-runs") / f"redteam-{_slug(Path(candidates.rstrip('/')).name)}")
 
 
 def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, client: Any = None) -> RedteamResult:
@@ -123,6 +123,8 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
         _check_paired(second.unpaired)
         failures += second.problem_failures
     result = load_result(run_dir)
+    if config.fixtures_dir is None:
+        shutil.rmtree(run_dir / FIXTURES_DIR, ignore_errors=True)  # this run's findings only
     fixtures = write_fixtures(result, Path(config.fixtures_dir) if config.fixtures_dir else run_dir / FIXTURES_DIR)
     return replace(result, fixtures=tuple(str(f) for f in fixtures), problem_failures=tuple(failures))
 
@@ -186,15 +188,18 @@ def _model_names(made: Sequence[Mutant], skipped: Sequence[tuple[Target, NotAppl
 
 # -- files -------------------------------------------------------------------------------------------
 
-def mutant_file(mutant: Mutant, sample: int | None = None) -> Path:
+def mutant_file(mutant: Mutant) -> Path:
     """Where a mutant is written, relative to RUN/mutants: `levelL/<problem>__<honest>__<hack>.py`,
-    named so that it pairs with its own problem."""
+    named so that it pairs with its own problem (the honest candidate's name without the problem's)."""
     honest = Path(mutant.honest.name).name  # a name read from a level folder keeps only its stem
-    if not honest.startswith(mutant.problem.name):
-        honest = f"{mutant.problem.name}__{honest}"
-    stem = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{honest}__{mutant.transformation}")
+    tag = honest[len(mutant.problem.name) + 2:] if honest.startswith(mutant.problem.name + "__") else honest
+    stem = f"{mutant.problem.name}__{_slug(tag)}__{_slug(mutant.transformation)}"
     folder = Path(f"level{mutant.problem.level}") if mutant.problem.level is not None else Path()
     return folder / f"{stem}.py"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "candidate"
 
 
 def _write_mutants(run_dir: Path, made: Sequence[Mutant], skipped: Sequence[tuple[Target, NotApplicable]],
