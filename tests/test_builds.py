@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbv.builds import BuildPool, build_candidate
+from kbv.builds import BuildPool, build_candidate, clear_stale_batons
 from kbv.candidates import Candidate, Pair
 from kbv.pch import installation_key, parse_unit
 from kbv.placement import BUILD_NICE, CorePlan, Isolation
@@ -273,3 +273,15 @@ def test_a_build_the_constructor_makes_is_made_in_the_build_phase_not_on_a_lane(
     assert compiles["in_init"] == []
     assert verdicts[("in_init", "standard")].status is Status.CORRECT, verdicts[("in_init", "standard")].message
     assert verdicts[("in_init", "verified")].status is Status.NO_CUSTOM_KERNEL, verdicts[("in_init", "verified")].message
+
+
+def test_a_build_killed_midway_leaves_no_lock_that_stalls_the_next(tmp_path: Path) -> None:
+    """torch's builder holds `torch_extensions/<name>/lock` while it compiles; killed (an interrupted
+    run), it leaves the file, and the next build of that candidate waited for it until its timeout."""
+    left = tmp_path / "torch_extensions" / "kbv_example_relu_cpp" / "lock"
+    left.parent.mkdir(parents=True)
+    left.write_text("")
+    kept = tmp_path / "torch_extensions" / "kbv_example_relu_cpp" / "main.cpp"
+    kept.write_text("// the sources stay")
+    assert clear_stale_batons(tmp_path) == [left]
+    assert not left.exists() and kept.exists() and clear_stale_batons(tmp_path) == []
