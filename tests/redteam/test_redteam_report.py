@@ -84,3 +84,17 @@ def test_a_mutant_that_fools_verified_is_a_corpus_fixture(tmp_path: Path) -> Non
     assert "fooled the verified protocol" in text and "# ---- the honest candidate" in text
     compile(text, str(written[0]), "exec")  # the honest source and the verdicts are comments
     assert fixture_text(result.mutants[0], HONEST).startswith("# kbv-fixture: expect=hack ")
+
+
+def test_speed_is_held_against_the_faster_of_the_honest_candidate_s_two_measurements() -> None:
+    slow_control = HonestRow("L1/2_ReLU", "c", "h", "o", (Outcome("standard", "correct", (), 2.0),),
+                             (Outcome("standard", "correct", (), 1.0),))
+    fast_control = HonestRow("L1/2_ReLU", "c", "h", "o", (Outcome("standard", "correct", (), 1.0),),
+                             (Outcome("standard", "correct", (), 2.0),))
+    failed_control = HonestRow("L1/2_ReLU", "c", "h", "o", (Outcome("standard", "correct", (), 1.0),),
+                               (Outcome("standard", "crashed"),))
+    assert slow_control.reference("standard").speedup == fast_control.reference("standard").speedup == 2.0
+    assert failed_control.reference("standard").speedup == 1.0 and failed_control.flagged
+    mutant = Outcome("standard", "correct", (), 1.8)
+    assert not judge_mutant("speed", mutant, fast_control.reference("standard")).fooled
+    assert judge_mutant("speed", mutant, failed_control.reference("standard")).fooled

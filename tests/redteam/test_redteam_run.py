@@ -40,9 +40,10 @@ def chat_server() -> ChatServer:
 def red_team(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path,
              chat_server: ChatServer) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
     root = tmp_path_factory.mktemp("redteam")
+    (root / "honest").mkdir()
     for name in HONEST:
-        shutil.copy(EXAMPLES / name, root / name)
-    args = [str(root), "--problems", "smoke", "--device", "cpu", "--transforms", ",".join(SLICE),
+        shutil.copy(EXAMPLES / name, root / "honest" / name)
+    args = [str(root / "honest"), "--problems", "smoke", "--device", "cpu", "--transforms", ",".join(SLICE),
             "--model", "fake-hacker", "--base-url", chat_server.url, "--cache-dir", str(cache_dir), "--seed", "7",
             "--timer-budget", "2", "--ci-target", "0.05", "--timeout", "240", "--run", str(root / "run"),
             "--format", "json"]
@@ -60,6 +61,7 @@ def test_every_mutant_fools_standard_and_none_fools_verified(red_team: tuple) ->
         assert row["mutants"] == 2, (name, row)
         assert row["attack_success"] == (1.0 if protocol == "standard" else 0.0), (name, protocol, row)
     assert [h["base"] and not h["flagged"] for h in result["honest"]] == [True, True]
+    assert all([c["status"] for c in h["controls"]] == ["correct", "verified"] for h in result["honest"])
     for mutant in result["mutants"]:
         verified = next(o for o in mutant["outcomes"] if o["protocol"] == "verified")
         assert verified["status"] != "verified" and verified["categories"], mutant["candidate"]
@@ -72,6 +74,8 @@ def test_a_progress_line_per_mutant_on_stderr(red_team: tuple) -> None:
     lines = [line for line in done.stderr.splitlines() if line.startswith("[mutant ")]
     assert len(lines) == 8 and all(" standard correct" in line and " · verified " in line for line in lines)
     assert any("x model:fake-hacker (speed)" in line for line in lines)
+    controls = [line for line in done.stderr.splitlines() if line.startswith("[control ")]
+    assert len(controls) == 2 and all("· verified verified" in line for line in controls)
 
 
 def test_the_html_report_has_the_red_team_section(red_team: tuple, tmp_path: Path) -> None:
@@ -92,3 +96,14 @@ def test_the_same_command_resumes_without_asking_the_model_again(red_team: tuple
     assert len(chat_server.requests) == asked  # the replies came from the response cache
     assert "[mutant " not in again.stderr  # every verdict came from the run's store
     assert {t["protocol"]: t["fooled"] for t in json.loads(again.stdout)["totals"]} == {"standard": 8, "verified": 0}
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "honest").mkdir()
+    shutil.copy(EXAMPLES / HONEST[0], tmp_path / "honest" / HONEST[0])
+    inside = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--run", str(tmp_path / "honest" / "run"))
+    unknown = kbv("redteam", str(tmp_path / "honest"), "--transforms", "replay_pointr")
+    for done in (inside, unknown, kbv("redteam"), kbv("redteam", str(tmp_path / "missing"))):
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
+    assert "lies inside the candidates' directory" in inside.stderr and "Did you mean replay_pointer" in unknown.stderr

@@ -4,7 +4,9 @@ The rule (`judge_mutant`): a mutant fools a protocol when the protocol passes it
 - its transformation breaks truth (its outputs are wrong on some inputs: passing is the failure), or
 - it breaks speed and its speedup exceeds the honest candidate's, under the same protocol, by more
   than the mutant's own interval: its relative half-width where the protocol gives one (verified),
-  SPEED_MARGIN where it gives none (standard's ratio of means).
+  SPEED_MARGIN where it gives none (standard's ratio of means). The honest speedup is the faster of
+  the honest candidate's two measurements (`HonestRow.reference`): its own, and its control's, taken
+  beside the mutants (on a shared machine, load drifts between the two stages by more than 10%).
 A mutant that fails the protocol, in whatever way, fooled nothing; the categories of its verdict say
 what caught it. Attack success is the share of a transformation's evaluated mutants that fooled.
 """
@@ -84,16 +86,29 @@ def _with(outcome: Outcome, fooled: bool, why: str) -> Outcome:
 
 @dataclass(frozen=True)
 class HonestRow:
-    """An honest candidate: a base for mutants when the verified protocol passed it, clean."""
+    """An honest candidate: a base for mutants when the verified protocol passed it, clean. A base
+    is evaluated again beside its mutants, unchanged (its control): its timing there is taken under
+    the conditions theirs are, where a shared machine's load drifts between the two stages."""
 
     problem: str
     candidate: str
     candidate_hash: str
     origin: str
     outcomes: tuple[Outcome, ...]  # one per protocol, in PROTOCOLS order
+    controls: tuple[Outcome, ...] = ()  # the control's, one per protocol (none for a candidate that is no base)
 
     def outcome(self, protocol: str) -> Outcome | None:
         return next((o for o in self.outcomes if o.protocol == protocol), None)
+
+    def control(self, protocol: str) -> Outcome | None:
+        return next((o for o in self.controls if o.protocol == protocol), None)
+
+    def reference(self, protocol: str) -> Outcome | None:
+        """What a mutant's speedup is held against: of the honest candidate's passing measurements
+        under `protocol` (its own and its control's), the fastest; else its own outcome."""
+        measured = [o for o in (self.outcome(protocol), self.control(protocol))
+                    if o is not None and o.passed and o.speedup is not None]
+        return max(measured, key=lambda o: o.speedup or 0.0) if measured else self.outcome(protocol)
 
     @property
     def base(self) -> bool:
@@ -102,8 +117,10 @@ class HonestRow:
 
     @property
     def flagged(self) -> bool:
-        """Failed or carries evidence under a protocol that judged it (a skipped pair is neither)."""
-        return any(o.status not in ("skipped", "missing") and (not o.passed or o.categories) for o in self.outcomes)
+        """Failed or carries evidence under a protocol that judged it, itself or its control (a
+        skipped pair is neither)."""
+        return any(o.status not in ("skipped", "missing") and (not o.passed or o.categories)
+                   for o in self.outcomes + self.controls)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,11 @@ from kbv.api import EvalConfig, evaluate, load_report
 from kbv.candidates import Candidate, Pair, load_candidates
 from kbv.errors import HarnessError, StoreError, UsageError
 from kbv.problems import load_problems
-from kbv.redteam import Mutant, NotApplicable, Target, Transformation, discover, select
+from kbv.redteam import Breaks, Mutant, NotApplicable, Target, Transformation, discover, select
 from kbv.redteam.judge import (
     PROTOCOLS,
     HonestRow,
+    Outcome,
     MutantRow,
     NotApplicableRow,
     Totals,
@@ -47,7 +48,8 @@ from kbv.settings import resolve_device
 from kbv.verdict import ProblemFailure, Verdict
 
 MANIFEST = "redteam.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+CONTROL = "honest_control"  # the file-name tag of a base evaluated again beside its mutants
 MUTANTS_DIR = "mutants"
 FIXTURES_DIR = "fixtures"
 
@@ -105,6 +107,7 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
 
         check_hacker(config.hacker)
     run_dir = Path(evaluation.run_dir)  # type: ignore[arg-type]
+    _check_run_dir(run_dir, Path(evaluation.candidates))
     pairs = _honest_pairs(evaluation)
     say(f"honest candidates: {len(pairs)}, both protocols")
     first = evaluate(evaluation, progress=_verdict_lines(say, "honest"))
@@ -113,13 +116,14 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
     device_type = _probe_device(evaluation).split(":")[0]
     made, skipped = _make_mutants(bases, transformations, device_type, evaluation, config.hacker, client, say)
     names = [(t.name, t.breaks.value) for t in transformations] + _model_names(made, skipped)
-    _write_mutants(run_dir, made, skipped, honest, names, device_type)
+    controls = [control_of(p) for p in bases] if made else []
+    _write_mutants(run_dir, made, skipped, honest, controls, names, device_type)
     failures = list(first.problem_failures)
     if made:
         say(f"mutants: {len(made)} ({len(bases)} bases x {len(names)} transformations, {len(skipped)} not applicable), "
-            "both protocols")
+            f"and each base again as its control, both protocols")
         second = evaluate(replace(evaluation, candidates=str(run_dir / MUTANTS_DIR)),
-                          progress=_mutant_lines(say, made, honest))
+                          progress=_mutant_lines(say, made, controls, honest))
         _check_paired(second.unpaired)
         failures += second.problem_failures
     result = load_result(run_dir)
@@ -127,6 +131,14 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
         shutil.rmtree(run_dir / FIXTURES_DIR, ignore_errors=True)  # this run's findings only
     fixtures = write_fixtures(result, Path(config.fixtures_dir) if config.fixtures_dir else run_dir / FIXTURES_DIR)
     return replace(result, fixtures=tuple(str(f) for f in fixtures), problem_failures=tuple(failures))
+
+
+def _check_run_dir(run_dir: Path, candidates: Path) -> None:
+    """Raise UsageError where the run directory lies inside the candidates' directory: the mutants
+    written there would be read as honest candidates by the next run."""
+    if candidates.is_dir() and run_dir.resolve().is_relative_to(candidates.resolve()):
+        raise UsageError(f"--run {run_dir} lies inside the candidates' directory {candidates}: its mutants would be "
+                         "read as honest candidates; choose a run directory outside it.")
 
 
 def _honest_pairs(evaluation: EvalConfig) -> list[Pair]:
@@ -203,29 +215,50 @@ def _slug(text: str) -> str:
 
 
 def _write_mutants(run_dir: Path, made: Sequence[Mutant], skipped: Sequence[tuple[Target, NotApplicable]],
-                   honest: Sequence[HonestRow],
+                   honest: Sequence[HonestRow], controls: Sequence[Mutant],
                    names: Sequence[tuple[str, str]], device_type: str) -> None:
+    """Every mutant and control as a candidate file under RUN/mutants, and the manifest that says
+    what each one is (`load_result` reads it)."""
     root = run_dir / MUTANTS_DIR
     shutil.rmtree(root, ignore_errors=True)  # this run's mutants only: an older run's are not evaluated again
-    records = []
+    written = _write_candidates(root, list(made) + list(controls))
+    records = [_record(m, rel, path) for m, (rel, path) in zip(made, written)]
+    control_records = [_record(m, rel, path) for m, (rel, path) in zip(controls, written[len(made):])]
+    manifest = {"version": MANIFEST_VERSION, "device": device_type, "transformations": [list(n) for n in names],
+                "honest": [asdict(h) for h in honest], "mutants": records, "controls": control_records,
+                "not_applicable": [{"transformation": n.transformation, "problem": t.problem.key,
+                                    "honest": t.honest.name, "reason": n.reason} for t, n in skipped]}
+    (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _write_candidates(root: Path, mutants: Sequence[Mutant]) -> list[tuple[Path, Path]]:
+    """Write each mutant (a second of the same name, a hacker model's next sample, gets a suffix):
+    (its path relative to `root`, its path)."""
+    written = []
     seen: dict[Path, int] = {}
-    for mutant in made:
+    for mutant in mutants:
         rel = mutant_file(mutant)
         seen[rel] = seen.get(rel, 0) + 1
-        if seen[rel] > 1:  # a second sample of a hacker model
+        if seen[rel] > 1:
             rel = rel.with_name(f"{rel.stem}-{seen[rel]}.py")
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(mutant.code, encoding="utf-8")
-        records.append({"transformation": mutant.transformation, "breaks": mutant.breaks.value,
-                        "summary": mutant.summary, "problem": mutant.problem.key, "honest": mutant.honest.name,
-                        "honest_hash": mutant.honest.hash, "candidate": str(rel.with_suffix("")),
-                        "candidate_hash": Candidate(mutant.code, "", "", "").hash, "file": str(path)})
-    manifest = {"version": MANIFEST_VERSION, "device": device_type, "transformations": [list(n) for n in names],
-                "honest": [asdict(h) for h in honest], "mutants": records,
-                "not_applicable": [{"transformation": n.transformation, "problem": t.problem.key,
-                                    "honest": t.honest.name, "reason": n.reason} for t, n in skipped]}
-    (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+        written.append((rel, path))
+    return written
+
+
+def _record(mutant: Mutant, rel: Path, path: Path) -> dict[str, Any]:
+    return {"transformation": mutant.transformation, "breaks": mutant.breaks.value, "summary": mutant.summary,
+            "problem": mutant.problem.key, "honest": mutant.honest.name, "honest_hash": mutant.honest.hash,
+            "candidate": str(rel.with_suffix("")), "candidate_hash": Candidate(mutant.code, "", "", "").hash,
+            "file": str(path)}
+
+
+def control_of(pair: Pair) -> Mutant:
+    """The honest candidate unchanged, evaluated again beside its mutants (`HonestRow.controls`)."""
+    return Mutant(CONTROL, Breaks.SPEED, pair.candidate, pair.problem, pair.candidate.code,
+                  "the honest candidate, unchanged")
 
 
 def _check_paired(unpaired: Sequence[Any]) -> None:
@@ -247,8 +280,10 @@ def load_result(run_dir: str | Path) -> RedteamResult:
         raise StoreError(f"{run_dir}: no red-team run here ({MANIFEST} is missing or unreadable).") from exc
     if manifest.get("version") != MANIFEST_VERSION:
         raise StoreError(f"{path}: written by another version of kbv redteam.")
-    verdicts = {(v.problem, v.candidate_hash, v.protocol): v for v in load_report(run_dir).verdicts}
-    honest = tuple(_honest_row(h, verdicts) for h in manifest["honest"])
+    verdicts = {(v.problem, v.candidate, v.protocol): v for v in load_report(run_dir).verdicts}
+    controls = {(c["problem"], c["honest_hash"]): c for c in manifest.get("controls", [])}
+    honest = tuple(_honest_row(h, verdicts, controls.get((h["problem"], h["candidate_hash"])))
+                   for h in manifest["honest"])
     by_candidate = {(h.problem, h.candidate_hash): h for h in honest}
     mutants = tuple(_mutant_row(m, verdicts, by_candidate) for m in manifest["mutants"])
     skipped = tuple(NotApplicableRow(**n) for n in manifest["not_applicable"])
@@ -257,17 +292,21 @@ def load_result(run_dir: str | Path) -> RedteamResult:
                          tuple(totals(summaries)))
 
 
-def _honest_row(record: dict[str, Any], verdicts: dict[tuple[str, str, str], Verdict]) -> HonestRow:
-    outcomes = tuple(outcome_of(verdicts.get((record["problem"], record["candidate_hash"], p)), p) for p in PROTOCOLS)
-    return HonestRow(record["problem"], record["candidate"], record["candidate_hash"], record["origin"], outcomes)
+def _honest_row(record: dict[str, Any], verdicts: dict[tuple[str, str, str], Verdict],
+                control: dict[str, Any] | None) -> HonestRow:
+    outcomes = tuple(outcome_of(verdicts.get((record["problem"], record["candidate"], p)), p) for p in PROTOCOLS)
+    controls = () if control is None else tuple(
+        outcome_of(verdicts.get((control["problem"], control["candidate"], p)), p) for p in PROTOCOLS)
+    return HonestRow(record["problem"], record["candidate"], record["candidate_hash"], record["origin"], outcomes,
+                     controls)
 
 
 def _mutant_row(record: dict[str, Any], verdicts: dict[tuple[str, str, str], Verdict],
                 honest: dict[tuple[str, str], HonestRow]) -> MutantRow:
     base = honest.get((record["problem"], record["honest_hash"]))
     outcomes = tuple(judge_mutant(record["breaks"], outcome_of(verdicts.get((record["problem"],
-                                                                            record["candidate_hash"], p)), p),
-                                  base.outcome(p) if base else None) for p in PROTOCOLS)
+                                                                            record["candidate"], p)), p),
+                                  base.reference(p) if base else None) for p in PROTOCOLS)
     return MutantRow(record["transformation"], record["breaks"], record["summary"], record["problem"],
                      record["honest"], record["candidate"], record["candidate_hash"], record["file"], outcomes)
 
@@ -284,30 +323,42 @@ def _verdict_lines(say: ProgressFn, stage: str) -> Callable[[int, int, Any], Non
     return progress
 
 
-def _mutant_lines(say: ProgressFn, made: Sequence[Mutant], honest: Sequence[HonestRow]) -> Callable[[int, int, Any], None]:
-    """One line per mutant, once both protocols have judged it."""
-    meta = {(m.problem.key, Candidate(m.code, "", "", "").hash): m for m in made}
-    bases = {(h.problem, h.candidate_hash): h for h in honest}
+def _mutant_lines(say: ProgressFn, made: Sequence[Mutant], controls: Sequence[Mutant],
+                  honest: Sequence[HonestRow]) -> Callable[[int, int, Any], None]:
+    """One line per mutant and per control, once both protocols have judged it. A mutant's line
+    holds it against its honest candidate as measured so far (the control may come later: the
+    final tables hold every mutant against both measurements)."""
+    of_hash = {(m.problem.key, Candidate(m.code, "", "", "").hash): m for m in made}
+    rows = {(h.problem, h.candidate_hash): h for h in honest}
     seen: dict[tuple[str, str], dict[str, Verdict]] = {}
-    finished = [0]
+    measured: dict[tuple[str, str], tuple[Outcome, ...]] = {}  # (problem, honest hash) -> its control's
+    done = {CONTROL: 0, "mutant": 0}
 
-    def progress(done: int, total: int, verdict: Any) -> None:
+    def progress(_: int, __: int, verdict: Any) -> None:
         if isinstance(verdict, ProblemFailure):
             say(f"[mutants] {verdict.problem}: problem failed: {verdict.message[:200]}")
+        if verdict is None or isinstance(verdict, ProblemFailure):
             return
-        if verdict is None:
-            return
-        key = (verdict.problem, verdict.candidate_hash)
+        key = (verdict.problem, verdict.candidate)
         seen.setdefault(key, {})[verdict.protocol] = verdict
-        mutant = meta.get(key)
-        if mutant is None or len(seen[key]) < len(PROTOCOLS):
+        if len(seen[key]) < len(PROTOCOLS):
             return
-        finished[0] += 1
-        base = bases.get((mutant.problem.key, mutant.honest.hash))
-        cells = [outcome_line(judge_mutant(mutant.breaks.value, outcome_of(seen[key][p], p),
-                                           base.outcome(p) if base else None)) for p in PROTOCOLS]
-        say(f"[mutant {finished[0]}/{len(meta)}] {mutant.problem.key} {mutant.honest.name} x {mutant.transformation} "
-            f"({mutant.breaks.value}): standard {cells[0]} · verified {cells[1]}")
+        outcomes = tuple(outcome_of(seen[key][p], p) for p in PROTOCOLS)
+        if verdict.candidate.endswith(f"__{CONTROL}"):
+            done[CONTROL] += 1
+            measured[(verdict.problem, verdict.candidate_hash)] = outcomes
+            say(f"[control {done[CONTROL]}/{len(controls)}] {verdict.problem} {verdict.candidate}: "
+                f"standard {outcome_line(outcomes[0])} · verified {outcome_line(outcomes[1])}")
+            return
+        mutant = of_hash.get((verdict.problem, verdict.candidate_hash))
+        base = rows.get((verdict.problem, mutant.honest.hash)) if mutant is not None else None
+        if mutant is None or base is None:
+            return
+        done["mutant"] += 1
+        base = replace(base, controls=measured.get((verdict.problem, mutant.honest.hash), ()))
+        cells = [outcome_line(judge_mutant(mutant.breaks.value, o, base.reference(o.protocol))) for o in outcomes]
+        say(f"[mutant {done['mutant']}/{len(made)}] {mutant.problem.key} {mutant.honest.name} x "
+            f"{mutant.transformation} ({mutant.breaks.value}): standard {cells[0]} · verified {cells[1]}")
     return progress
 
 

@@ -4,7 +4,7 @@ result (`kbv.redteam.run.RedteamResult`) in, renderables and markup out.
     attack_table       per transformation: mutants made and evaluated, fooled under each protocol
                        (attack success), and the categories that caught its mutants under verified
     mutant_table       one row per mutant: both protocols' outcome and why it fooled or was caught
-    honest_table       the honest candidates, and whether each is a base and unflagged
+    honest_table       the honest candidates, each base's control, and whether each is a base, unflagged
     totals_line        standard: 70/89 mutants fooled (79%) · verified: 0/89 (0%)
     redteam_section    all of the above as the HTML report's `redteam` section
 """
@@ -72,14 +72,20 @@ def _why(o: Outcome | None) -> str:
 
 
 def honest_table(honest: Sequence[Any]) -> FittedTable:
-    """The honest candidates (`kbv.redteam.judge.HonestRow`)."""
+    """The honest candidates (`kbv.redteam.judge.HonestRow`), and each base's control."""
     rows = tuple((Text(h.problem), Text(h.candidate), *(Text(outcome_line(h.outcome(p))) for p in PROTOCOLS),
-                  "base" if h.base and not h.flagged else "flagged" if h.flagged else "not a base") for h in honest)
+                  *(Text(outcome_line(h.control(p)) if h.controls else "") for p in PROTOCOLS), _role(h))
+                 for h in honest)
     columns = (Col("problem", wraps=True), Col("candidate", wraps=True), *(Col(p, wraps=True) for p in PROTOCOLS),
-               Col("role"))
+               *(Col(f"control {p}", wraps=True) for p in PROTOCOLS), Col("role"))
     return FittedTable("Honest candidates", columns, rows, keys=2,
-                       caption="a base is verified by the verified protocol; flagged: it failed a protocol, or "
-                               "carries evidence, where it ran")
+                       caption="a base is verified by the verified protocol, and evaluated again beside its "
+                               "mutants (its control); flagged: it, or its control, failed a protocol or carries "
+                               "evidence where it ran")
+
+
+def _role(h: Any) -> str:
+    return "base" if h.base and not h.flagged else "flagged" if h.flagged else "not a base"
 
 
 def not_applicable_table(rows: Sequence[Any]) -> FittedTable | None:
@@ -144,5 +150,7 @@ def _mutants_html(mutants: Sequence[Any]) -> Markup:
 
 def _honest_html(honest: Sequence[Any]) -> Markup:
     rows = [[text(h.problem), text(h.candidate), *(text(outcome_line(h.outcome(p))) for p in PROTOCOLS),
-             text("base" if h.base and not h.flagged else "flagged" if h.flagged else "not a base")] for h in honest]
-    return table(("problem", "honest candidate", *PROTOCOLS, "role"), rows, class_="redteam-honest")
+             *(text(outcome_line(h.control(p)) if h.controls else "") for p in PROTOCOLS), text(_role(h))]
+            for h in honest]
+    return table(("problem", "honest candidate", *PROTOCOLS, *(f"control {p}" for p in PROTOCOLS), "role"), rows,
+                 class_="redteam-honest")
