@@ -107,3 +107,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
     assert "lies inside the candidates' directory" in inside.stderr and "Did you mean replay_pointer" in unknown.stderr
+
+
+def test_help_and_list_name_the_options_and_every_transformation() -> None:
+    shown = kbv("redteam", "--help")
+    assert shown.returncode == 0 and "--transforms" in shown.stdout and "--model" in shown.stdout
+    listed = kbv("redteam", "--list")
+    assert listed.returncode == 0 and all(name in listed.stdout for name in (*SLICE, "default_init", "timer_cuda_event"))
