@@ -10,14 +10,19 @@ honest candidates and one per mutant, as the run goes: on stdout for the table, 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Annotated, Any, Optional
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-_ERR = Console(stderr=True, soft_wrap=True)
+_ERR = Console(stderr=True, soft_wrap=True)  # one message, one line: never wrapped
+# Piped output is 160 wide unless COLUMNS says otherwise; the tables lay themselves out for the width.
+_OUT = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def redteam_command(
@@ -77,18 +82,45 @@ def redteam_command(
     output: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
 ) -> None:
     """Attack kbv with known hacks: mutants of honest candidates, evaluated under both protocols."""
-    from kbv.cli import ExitCode, _errors
-
+    options = dict(locals())
     with _errors():
         _check_format(output)
         if list_only:
             _print_list(transform_dir or [])
             return
-        config = _config(locals())
-        result = _run(config, output)
+        result = _run(_config(options), output)
     _render(result, output)
     if result.problem_failures:
-        raise typer.Exit(ExitCode.PROBLEM_FAILURES)
+        raise typer.Exit(1)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Bad input: one line on stderr, exit 2; kbv's own failure: one line, exit 3; an interrupt: 130
+    (what finished is stored; the same command resumes). As `kbv eval` does (`kbv.cli`)."""
+    from kbv.errors import HarnessError, KbvError
+
+    try:
+        yield
+    except HarnessError as exc:
+        _fail(f"kbv failed: {exc}", 3)
+    except KbvError as exc:
+        _fail(str(exc), 2)
+    except KeyboardInterrupt:
+        _ERR.print("interrupted: every verdict finished so far is stored; re-run the command to resume",
+                   markup=False, highlight=False)
+        raise typer.Exit(130) from None
+    except Exception as exc:  # a bug in kbv: one line; KBV_DEBUG=1 shows the traceback
+        if os.environ.get("KBV_DEBUG"):
+            raise
+        _fail(f"kbv failed (a bug in kbv, not in your input): {type(exc).__name__}: {exc}. "
+              "Verdicts finished so far are stored; set KBV_DEBUG=1 for the traceback.", 3)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    _ERR.print(f"error: {' '.join(message.split())}" if code == 2 else " ".join(message.split()),
+               markup=False, highlight=False)
+    raise typer.Exit(code)
 
 
 def _check_format(output: str) -> None:
@@ -149,32 +181,30 @@ def _run(config: Any, output: str) -> Any:
 
 
 def _render(result: Any, output: str) -> None:
-    from kbv.cli import out
     from kbv.report.redteam import attack_table, honest_table, mutant_table, not_applicable_table, totals_line
 
     if output == "json":
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return
-    out.print(honest_table(result.honest))
+    _OUT.print(honest_table(result.honest))
     if result.mutants:
-        out.print(mutant_table(result.mutants))
+        _OUT.print(mutant_table(result.mutants))
     skipped = not_applicable_table(result.not_applicable)
     if skipped is not None:
-        out.print(skipped)
-    out.print(attack_table(result.summaries))
-    out.print(totals_line(result.totals), highlight=False)
+        _OUT.print(skipped)
+    _OUT.print(attack_table(result.summaries))
+    _OUT.print(totals_line(result.totals), highlight=False)
     flagged = [h for h in result.honest if h.flagged]
     if flagged:
-        out.print(f"honest candidates flagged: {len(flagged)} ({', '.join(h.candidate for h in flagged)})",
+        _OUT.print(f"honest candidates flagged: {len(flagged)} ({', '.join(h.candidate for h in flagged)})",
                   highlight=False)
     for path in result.fixtures:
-        out.print(f"fixture (fooled the verified protocol): {path}", highlight=False)
-    out.print(f"run: {result.run_dir}  (kbv report {result.run_dir} --format html adds the red-team section)",
+        _OUT.print(f"fixture (fooled the verified protocol): {path}", highlight=False)
+    _OUT.print(f"run: {result.run_dir}  (kbv report {result.run_dir} --format html adds the red-team section)",
               highlight=False)
 
 
 def _print_list(dirs: list[str]) -> None:
-    from kbv.cli import out
     from kbv.redteam import discover
 
     table = Table(title="Transformations", title_justify="left")
@@ -183,4 +213,4 @@ def _print_list(dirs: list[str]) -> None:
     for t in discover(dirs):
         table.add_row(t.name, t.breaks.value, ",".join(sorted(b.value for b in t.backends)),
                       ",".join(sorted(t.devices)), t.summary)
-    out.print(table)
+    _OUT.print(table)
