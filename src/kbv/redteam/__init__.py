@@ -17,9 +17,11 @@ new one is one new file defining `TRANSFORMATION` (an instance of a `Transformat
         devices = frozenset({"cuda"})           # devices it means anything on (default: cpu and cuda)
 
         def rewrite(self, target: Target) -> str | NotApplicable:
-            return wrap_forward(target.honest.code, WRAPPER)   # kbv.redteam.source
+            return wrap(target.honest.code, self.name, self.summary, WRAPPER)  # kbv.redteam.source
 
-        TRANSFORMATION = MyHack()
+    TRANSFORMATION = MyHack()
+
+where WRAPPER defines `class ModelNew(_KbvHonest)` (the honest class, renamed) with its own forward.
 
 `Transformation.apply(target)` checks the backend and device, calls `rewrite`, and checks that the
 mutant is Python that still defines `ModelNew`: a `Mutant`, or `NotApplicable` with the reason.
@@ -28,9 +30,9 @@ inputs (`kbv.redteam.probe.ProblemProbe`, measured in the parent: problem code i
 code never runs here), and the device type of the run.
 
 Modules: `source` (rewriting helpers), `probe` (the problem's reference on its own inputs),
-`transforms/` (one hack each), `judge` (the "fooled" rule, pure), `run` (make mutants, evaluate them
-through `kbv.api` under both protocols, judge), `hacker` (an optional model that writes the hack),
-`command` (`kbv redteam`).
+`transforms/` (one hack each; `replay` and `precision` hold what several share), `judge` (the
+"fooled" rule, pure), `run` (make mutants, evaluate them through `kbv.api` under both protocols,
+judge), `hacker` (an optional model that writes the hack), `command` (`kbv redteam`).
 """
 
 from __future__ import annotations
