@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbv.builds import BuildPool, as_users_file, build_candidate
+from kbv.builds import BuildPool, as_users_file, build_candidate, clear_stale_batons
 from kbv.candidates import Candidate, Pair
 from kbv.pch import installation_key, parse_unit
 from kbv.placement import BUILD_NICE, CorePlan, Isolation
@@ -285,3 +285,14 @@ def test_messages_about_a_candidate_name_the_users_file_not_its_build_copy() -> 
     untouched = "my_candidate.py, candidate.pyc, /a/b/old-candidate.py"
     assert as_users_file(untouched, "examples/x.py") == untouched
 
+
+def test_a_build_killed_midway_leaves_no_lock_that_stalls_the_next(tmp_path: Path) -> None:
+    """torch's builder holds `torch_extensions/<name>/lock` while it compiles; killed (an interrupted
+    run), it leaves the file, and the next build of that candidate waited for it until its timeout."""
+    left = tmp_path / "torch_extensions" / "kbv_example_relu_cpp" / "lock"
+    left.parent.mkdir(parents=True)
+    left.write_text("")
+    kept = tmp_path / "torch_extensions" / "kbv_example_relu_cpp" / "main.cpp"
+    kept.write_text("// the sources stay")
+    assert clear_stale_batons(tmp_path) == [left]
+    assert not left.exists() and kept.exists() and clear_stale_batons(tmp_path) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kbv.detect.evidence import guard_evidence, integrity_evidence, poison_shown
+from kbv.detect.evidence import guard_evidence, integrity_evidence, overwrite_evidence, poison_shown
 from kbv.verdict import Category
 
 PLAIN = {"tensor": True, "exact_type": True, "strided": True, "internal_overlap": False,
@@ -174,3 +174,10 @@ def test_runs_that_differ_by_rounding_or_a_race_show_no_poison():
     assert poison_shown([first], [first + 1e-6], [truth]) is None
     assert poison_shown([first], [first.flip(0)], [truth]) is None
     assert poison_shown([first.long()], [first.flip(0).long()], [truth]) is None  # integers show none
+
+
+def test_an_output_in_the_previous_call_s_kept_storage_is_named_by_index():
+    assert overwrite_evidence({"overwrites_previous_output": []}) == ""
+    said = overwrite_evidence({"overwrites_previous_output": [0]})
+    assert said.startswith("output(s) 0 lie in the storage of the previous call's output")
+    assert "unreadable" in overwrite_evidence({"overwrites_previous_output": "forged"})

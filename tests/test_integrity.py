@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from kbv.protocols.verified.rules import SENTINEL
-from kbv.sandbox.integrity import _cpu_fill_flags, aliased_names, changed_by_name, model_tensors, poisoned_allocations
+from kbv.sandbox.integrity import (
+    _cpu_fill_flags,
+    aliased_names,
+    changed_by_name,
+    model_tensors,
+    output_storages,
+    overwrites,
+    poisoned_allocations,
+    still_held,
+)
 
 CPU = torch.device("cpu")
 
@@ -81,3 +90,16 @@ def test_a_parameter_under_two_names_is_listed_under_both():
     with torch.no_grad():
         model.w.mul_(2)
     assert {"w", "conv.weight"} <= set(changed_by_name(names, before, *model_tensors(model)))
+
+
+def test_a_previous_output_counts_as_held_while_anything_but_the_harness_keeps_its_storage():
+    """The object itself, or any tensor on its storage (a view in a cache), keeps it held; an output
+    nobody kept is let go, and an output in a held one's storage is an overwrite."""
+    kept_object, kept_view, dropped = torch.zeros(8), torch.zeros(8), torch.zeros(8)
+    cache = [kept_object, kept_view[2:]]
+    storages = output_storages([kept_object, kept_view, dropped])
+    del kept_object, kept_view, dropped
+    held = still_held(storages)
+    assert [s.data_ptr() for s in held] == [cache[0].untyped_storage().data_ptr(),
+                                            cache[1].untyped_storage().data_ptr()]
+    assert overwrites(cache[1][:4], held) and not overwrites(torch.zeros(8), held)

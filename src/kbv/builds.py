@@ -124,6 +124,7 @@ def build_candidate(candidate: Candidate, settings: Settings, label: str,
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build of a key at a time, across runs too
         if marker.exists():
             return _from_marker(prepared, marker)
+        clear_stale_batons(prepared.build_dir)
         construct = problem is not None and compiles_when_constructed(candidate.code)
         result = _run_build(prepared, settings, label, options, problem if construct else None)
         if result.status in (None, Status.COMPILE_ERROR):
@@ -132,6 +133,17 @@ def build_candidate(candidate: Candidate, settings: Settings, label: str,
                                           "wall_s": result.wall_s, "cpu_s": result.cpu_s,
                                           "refused": list(result.refused)}))
         return result
+
+
+def clear_stale_batons(build_dir: Path) -> list[Path]:
+    """Remove the lock files torch's extension builder leaves in `build_dir` when its build is killed
+    (an interrupted run): a later build of the same candidate would wait on them until its
+    `--build-timeout`. Called under the build directory's own lock, with no finished build there, so
+    no process is building or loading anything in it. The files removed."""
+    stale = sorted(build_dir.glob("torch_extensions/*/lock"))
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def _from_marker(prepared: Build, marker: Path) -> Build:

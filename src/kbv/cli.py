@@ -30,10 +30,13 @@ app.add_typer(problems_app, name="problems")
 
 def _register_optional_commands() -> None:
     from kbv.generate.command import generate_command
+    from kbv.redteam.command import redteam_command
     from kbv.scan_command import scan_command
 
     app.command("generate", help="Ask an LLM for kernels, one turn each (KernelBench-style prompts).")(generate_command)
     app.command("scan", help="Static scan of candidate files: rules over Python and embedded CUDA/C++.")(scan_command)
+    app.command("redteam", help="Attack kbv with known hacks: mutants of honest candidates under both protocols.")(
+        redteam_command)
 
 
 _register_optional_commands()

@@ -57,6 +57,19 @@ def integrity_evidence(reply: dict[str, Any], reference_changes: Mapping[str, Se
     return found
 
 
+def overwrite_evidence(reply: dict[str, Any]) -> str:
+    """The evidence of aliasing in the reply of the call after a checked one ("" for none): an
+    output in the storage of the checked call's output, which the candidate still held, so every
+    call overwrites what the one before returned. Its buffer may live anywhere (an attribute, a
+    module global, a cache): unlike `aliases_parameter`, this names no tensor of the model."""
+    overwritten = reply.get("overwrites_previous_output")
+    if not overwritten:
+        return ""
+    return _listed("output(s) {} lie in the storage of the previous call's output, which the candidate kept: "
+                   "every call overwrites what the one before returned", overwritten if isinstance(overwritten, list)
+                   else ["(unreadable report)"])
+
+
 def _listed(text: str, names: Any) -> str:
     return text.format(", ".join(map(str, names))) if names else ""
 

@@ -6,6 +6,8 @@ Pure: `render_html(runs, plots, generated_at)` returns the page. Sections, each 
                  standard passes and verified rejects, by status; hacks by category
     leaderboard  one row per model (`kbv.report.leaderboard`)
     plots        the figures of `kbv.report.plots`, each `<figure data-plot=KEY data-series=N>`
+    redteam      a red-team run's attack success per transformation, its mutants and honest candidates
+                 (`kbv.report.redteam`; only for runs `kbv redteam` made)
     pairs        one sortable row per verdict, each expanding into its evidence (`kbv.report.details`)
     provenance   devices, driver, versions, precision flags, protocol versions, the secret's hash
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from importlib import resources
+from typing import Any
 
 from kbv.metrics import FAST_P, Metrics, Rejections, standard_passes_verified_rejects
 from kbv.report.details import evidence_panel
@@ -30,6 +33,7 @@ from kbv.report.format import categories_and_message, format_interval, format_pc
 from kbv.report.leaderboard import LeaderboardRow, leaderboard
 from kbv.report.markup import Markup, element, table, text
 from kbv.report.plots import Plot
+from kbv.report.redteam import redteam_section
 from kbv.report.runs import RunSet
 from kbv.verdict import Verdict
 
@@ -41,16 +45,16 @@ _PROVENANCE_KEYS = ("device_name", "device", "capability", "driver", "cuda", "to
                     "platform", "precision_flags", "verified_secret_sha256", "verified_seed")
 
 
-def render_html(runs: RunSet, plots: Sequence[Plot], generated_at: str) -> str:
-    """The whole page."""
+def render_html(runs: RunSet, plots: Sequence[Plot], generated_at: str, redteam: Sequence[Any] = ()) -> str:
+    """The whole page; `redteam` holds the judged results of the runs that are red-team runs."""
     verdicts = runs.verdicts
     metrics = runs.metrics()
     names = ", ".join(str(r.path) for r in runs.runs)
     header = element("header", element("h1", text("kbv report")),
                      element("p", text(f"{len(verdicts)} verdicts from {names}; written {generated_at}")))
     summary = _summary(metrics, standard_passes_verified_rejects(verdicts))
-    body = [header, summary, _leaderboard(leaderboard(verdicts)), _plots(plots), _pairs(runs),
-            *_problem_failures(runs), _provenance(verdicts)]
+    body = [header, summary, _leaderboard(leaderboard(verdicts)), _plots(plots), *redteam_section(redteam),
+            _pairs(runs), *_problem_failures(runs), _provenance(verdicts)]
     head = element("head", '<meta charset="utf-8">',
                    '<meta name="viewport" content="width=device-width, initial-scale=1">',
                    element("title", text(f"kbv report: {names}")), element("style", _asset("report.css")))

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kbv.errors import UsageError
 from kbv.report.runs import load_runs
@@ -40,7 +41,8 @@ def write_report(runs: Sequence[str], fmt: str, out: str | None = None) -> Writt
         from kbv.report.html import render_html
         from kbv.report.plots import draw_plots
 
-        page = render_html(loaded, draw_plots(loaded.verdicts, loaded.metrics()), time.strftime("%Y-%m-%d %H:%M"))
+        page = render_html(loaded, draw_plots(loaded.verdicts, loaded.metrics()), time.strftime("%Y-%m-%d %H:%M"),
+                           redteam_results(runs))
         _write_text(path, page)
     else:
         from kbv.report.exports import write_csv, write_parquet
@@ -49,6 +51,13 @@ def write_report(runs: Sequence[str], fmt: str, out: str | None = None) -> Writt
         rows = [verdict_row(v, run) for run, v in loaded.stored()]
         (write_csv if fmt == "csv" else write_parquet)(rows, path)
     return Written(path, len(loaded.verdicts), len(loaded.runs))
+
+
+def redteam_results(runs: Sequence[str]) -> list[Any]:
+    """The judged red-team results of those `runs` that `kbv redteam` made (`kbv.redteam.run`)."""
+    from kbv.redteam.run import MANIFEST, load_result
+
+    return [load_result(run) for run in runs if (Path(run) / MANIFEST).is_file()]
 
 
 def _write_text(path: Path, content: str) -> None:

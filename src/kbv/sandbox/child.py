@@ -70,6 +70,9 @@ class Child:
         self.model_class: Any = None
         self.kept: list[Any] | None = None
         self.previous_inputs: list[Any] = []  # the last call's inputs (see `_inputs`)
+        # the last checked call's outputs (weak reference, storage handle): the next call says whether
+        # it returned the storage of one the candidate still holds (`integrity.still_held`)
+        self.checked_outputs: list[tuple[Any, Any]] = []
         self.pool: list[list[Any]] = []
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
@@ -151,6 +154,8 @@ class Child:
         exports, self.exports = self.exports, []
         for m in exports:
             m.release()
+        if op not in ("forward", "alloc"):  # the outputs a checked call left are asked about by a forward
+            self.checked_outputs = []
         if self.first_call is None and op in _CALLS_MODEL and self.model is not None:
             from kbv.sandbox.memory import FirstCall
 
@@ -315,12 +320,18 @@ class Child:
         if cmd.get("late_inputs") and self.device.type == "cuda":
             ig.write_late(tensors_in, self._sleep, int(cmd["late_inputs"]))
         threads_before = self.guards.threads()
+        held = ig.still_held(self.checked_outputs)  # the rest is released before the call runs
+        self.checked_outputs = []
         poisoned = (ig.poisoned_allocations(self.device, float(cmd["poison"]), _nbytes(expected) * 2)
                     if cmd.get("poison") is not None else contextlib.nullcontext())
         with poisoned, torch.no_grad(), first_call_window(self.first_call, "forward", self.watch):
             self.guards.phase = "call"
             result = self.model(*args)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        # an output in the storage of the last checked call's, which the candidate kept: every call
+        # overwrites what the one before returned (a buffer of its own, wherever it keeps it)
+        overwritten = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and ig.overwrites(o, held)]
+        del held
         unjoined = ig.unjoined_work(outs, self.device) if checks else False
         self.sync()
         self.guards.phase = "harness"
@@ -345,7 +356,10 @@ class Child:
                 "aliases_parameter": ig.aliased_names(outs, *ig.model_tensors(self.model)),
             }
         copied, delivered = self._deliver(outs, cmd, meta)
-        return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report, **delivered}
+        if checks:
+            self.checked_outputs = ig.output_storages(outs)
+        return {"outputs": meta, "count": len(outs), "copied": copied, "integrity": report,
+                "overwrites_previous_output": overwritten, **delivered}
 
     def _flags_changed(self) -> dict[str, Any]:
         from kbv.precision import snapshot_flags

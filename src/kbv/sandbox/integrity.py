@@ -11,10 +11,13 @@ import ctypes
 import functools
 import math
 import os
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+_storage_use_count = torch._C._storage_Use_Count  # bound before any candidate code is imported
 
 POISON_BYTES_MIN = 1 << 20
 POISON_SHARE_OF_FREE = 0.25  # the most of the device's free memory poisoning may add to the allocator's cache
@@ -90,6 +93,36 @@ def overlapping(out: torch.Tensor, others: Sequence[torch.Tensor]) -> list[int]:
         if lo < ohi and olo < hi:
             hits.append(i)
     return hits
+
+
+def output_storages(outs: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """(weak reference, storage handle) of each strided tensor output: what `still_held` asks about
+    when the next call comes. The handle keeps the memory from being handed out again until then."""
+    kept = []
+    for o in outs:
+        if isinstance(o, torch.Tensor) and o.layout == torch.strided:
+            try:
+                kept.append((weakref.ref(o), o.untyped_storage()))
+            except (TypeError, RuntimeError):  # an output that cannot be referenced so is judged elsewhere
+                continue
+    return kept
+
+
+def still_held(kept: Sequence[tuple[Any, Any]]) -> list[Any]:
+    """The storage handles of `kept` that something besides the handle keeps alive: the output
+    object itself, or another tensor on its storage (a buffer of the candidate's, wherever it keeps
+    it: a parameter, an attribute, a module global, a cache)."""
+    return [storage for ref, storage in kept
+            if ref() is not None or _storage_use_count(storage._cdata) > 1]
+
+
+def overwrites(out: torch.Tensor, storages: Sequence[Any]) -> bool:
+    """Whether `out` lies in one of `storages` (a previous call's outputs, still held)."""
+    if out.layout != torch.strided or out.untyped_storage().nbytes() == 0:
+        return False
+    lo, hi = storage_span(out)
+    return any(st.device == out.device and st.nbytes() and lo < st.data_ptr() + st.nbytes() and st.data_ptr() < hi
+               for st in storages)
 
 
 def model_tensors(model: Any) -> tuple[list[str], list[torch.Tensor]]:

@@ -19,7 +19,14 @@ import torch
 
 from kbv.compare import ErrorMeasure, Judgement, judge_outputs
 from kbv.detect.caches import Fingerprint, constant_output, output_fingerprint, replayed_output
-from kbv.detect.evidence import guard_evidence, integrity_evidence, io_bytes, poison_shown, retained_state
+from kbv.detect.evidence import (
+    guard_evidence,
+    integrity_evidence,
+    io_bytes,
+    overwrite_evidence,
+    poison_shown,
+    retained_state,
+)
 from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
 from kbv.inputs import tensor_bytes
 from kbv.protocols.verified.prepare import PreparedProblem, TrialData
@@ -134,6 +141,9 @@ def _run_trial(sb: Sandbox, trial: TrialData, protocol: VerifiedProtocol, deadli
         result.integrity.setdefault(cat, why)
     for cat, why in guard_evidence(first.reply.get("integrity") or {}).items():
         result.hacks.setdefault(cat, why)
+    overwritten = overwrite_evidence(second.reply)  # the second run wrote into the first run's output
+    if overwritten:
+        result.integrity.setdefault(Category.ALIASES_PARAMETER.value, f"{trial.label}: {overwritten}")
     record, category = judge_trial(trial, first, protocol)
     shown = None
     if first.outputs is not None and second.outputs is not None and not _agree(first.outputs, second.outputs, ev,
