@@ -360,11 +360,14 @@ class StandardRunner:
     def _time_baseline(self, ctx: StandardContext, deadline: float, candidate: Sandbox) -> dict[str, Any]:
         """The baseline timed as the candidate is, in its own child, while the candidate's child, which
         has run candidate code, is stopped (a thread it left behind must not load the machine under
-        the baseline's timing: that would inflate the candidate's speedup). Its failure is the problem's."""
+        the baseline's timing: that would inflate the candidate's speedup). Its failure is the problem's.
+        Its time is kbv's own (`parent_work`), never charged to the candidate's timeout: a large problem's
+        baseline, timed twice beside a candidate on a loaded CPU, took 250 s of a 300 s pair; it has a
+        timeout of its own."""
         assert ctx.baseline is not None
         try:
-            with group_stopped(candidate.proc.pid if candidate.proc is not None else None):
-                return self._time(ctx.baseline, ctx, deadline)[0]
+            with parent_work(), group_stopped(candidate.proc.pid if candidate.proc is not None else None):
+                return self._time(ctx.baseline, ctx, deadline_in(self.settings.timeout_s))[0]
         except ChildFailure as failure:
             raise ProblemRunError(f"{ctx.problem.origin}: timing the reference failed: {failure.message}") from failure
 
