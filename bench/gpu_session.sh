@@ -12,8 +12,10 @@
 # `hostmon` the host's available memory, its out-of-memory kills and /tmp's free space every 5 s;
 # `host-memory` runs the out-of-memory tests as root there (the floor only root's capability sets).
 # SCALE_OPTS picks the scaled runs, SCALE_ONE_LANE an earlier one-lane JSON to compare them with;
-# KB_RESUME an earlier KernelBench screen whose finished problems are kept. AUDIT_FILES picks a slice of the
-# CUDA-L1 audit (LEVEL/FILE globs); `focus` runs the corpus pairs of FOCUS_FILES in a run of their own. `pairs` runs throughput's
+# KB_RESUME an earlier KernelBench screen whose finished problems are kept. `kb-sweep` runs the identity sweep
+# (bench/kernelbench_sweep.py) SWEEP_CHUNK problems at a time, its JSON and page rewritten after each chunk; it
+# resumes from SWEEP_RESUME (docs/kernelbench_sweep.json) or, on a warm box, the last call's.
+# AUDIT_FILES picks a slice of the CUDA-L1 audit (LEVEL/FILE globs); `focus` runs the corpus pairs of FOCUS_FILES in a run of their own. `pairs` runs throughput's
 # full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
 # `bwrap-site` unpacks .dev/bubblewrap_*.deb (fetch it on a machine with Debian's packages:
 # `apt-get download bubblewrap` into .dev/, which git ignores; carry .dev) with `dpkg -x` and puts its
@@ -50,6 +52,8 @@ KBV="python3 -m kbv"
 KB_RESUME=${KB_RESUME-docs/kernelbench_soundness.jsonl}
 # the repeat bench continues from its published JSON, where a session committed one
 REPEAT_RESUME=${REPEAT_RESUME-docs/repeat.json}
+# the identity sweep continues from its published JSON (a warm box from its last call's, /tmp/kbv-sweep/last.json)
+SWEEP_RESUME=${SWEEP_RESUME-docs/kernelbench_sweep.json}
 
 step() {  # step NAME SECONDS COMMAND... (never past $DEADLINE, epoch seconds, less $RESERVE, when set)
   local name=$1 limit=$2; shift 2
@@ -90,6 +94,14 @@ for s in "$@"; do
         --workers "${KB_WORKERS:-8}" --budget "$(( kb - 25 ))" --out "$OUT/kb-soundness.jsonl" \
         --markdown "$OUT/kernelbench_soundness.md" \
         ${KB_RESUME:+--resume $KB_RESUME} ;;
+    kb-sweep) sw=${SWEEP_LIMIT:-420} resume=$SWEEP_RESUME; mkdir -p /tmp/kbv-sweep
+      [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$sw" ] && sw=$(( DEADLINE - $(date +%s) ))
+      [ ! -f "$OUT/kernelbench_sweep.json" ] && [ -f /tmp/kbv-sweep/last.json ] && resume=/tmp/kbv-sweep/last.json
+      step kb-sweep "$sw" python3 bench/kernelbench_sweep.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
+        --timer-budget "${SWEEP_TIMER:-2}" --budget $(( sw - 60 )) --chunk "${SWEEP_CHUNK:-8}" --work /tmp/kbv-sweep \
+        --out "$OUT/kernelbench_sweep.json" --markdown "$OUT/kernelbench_sweep.md" \
+        ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY}
+      cp "$OUT/kernelbench_sweep.json" /tmp/kbv-sweep/last.json 2>/dev/null ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;
     prebuild) echo "=== prebuild (background)"

@@ -17,11 +17,15 @@ The outcome: `judged`; `refused` (with its figures); `failed` (the problem's own
 
 Resumable: the run directory keeps every verdict (a rerun evaluates what is missing); `--resume` keeps
 the rows of an earlier `--out` whose problems were judged or refused (a fresh machine goes on from the
-published JSON); `--markdown` writes the page (docs/kernelbench_sweep.md).
+published JSON); `--markdown` writes the page (docs/kernelbench_sweep.md). Safe to kill: the problems are
+evaluated `--chunk` at a time, `--out` and `--markdown` rewritten after each chunk with every row so far
+(and how many are not evaluated yet), and no chunk after the first starts past `--budget` seconds.
 
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda \
         --out sweep.json --markdown docs/kernelbench_sweep.md [--resume docs/kernelbench_sweep.json]
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cpu --only L1/12,L1/88,L1/19
+    PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda --budget 360 --chunk 8 \
+        --out sweep.json [--resume sweep.json]
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +131,16 @@ def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]
 
 
 def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
-    """Evaluate the identity of every problem in `problems` (resuming the run directory); their rows."""
+    """Evaluate the identity of every problem in `problems` (resuming the run directory); their rows.
+
+    The candidates go to a fresh `chunk/` under --work, so only these problems' pairs are evaluated
+    (a verdict's resume key names the candidate, not its folder: earlier chunks' verdicts stay in `run/`)."""
     from kbv.api import EvalConfig, evaluate, load_report
 
     work = Path(args.work)
-    write_candidates(problems, work / "candidates")
-    config = EvalConfig(candidates=str(work / "candidates"), problems=args.problems, protocol="both",
+    shutil.rmtree(work / "chunk", ignore_errors=True)
+    write_candidates(problems, work / "chunk")
+    config = EvalConfig(candidates=str(work / "chunk"), problems=args.problems, protocol="both",
                         device=args.device, run_dir=str(work / "run"), timer_budget_s=args.timer_budget,
                         timeout_s=args.timeout, prepare_timeout_s=args.prepare_timeout, seed=args.seed,
                         time_unattributed=True)
@@ -172,22 +182,23 @@ def soundness(path: str | None) -> dict[str, str]:
     return out
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Counts by outcome, the verified identity ratios (median, share within the band), preparation's share."""
+def summary(rows: list[dict[str, Any]], remaining: int = 0) -> dict[str, Any]:
+    """Counts by outcome, the verified identity ratios (median, share within the band), preparation's share,
+    and `remaining`: the selection's problems not evaluated yet."""
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
     ratios = [r["verified"]["ratio"] for r in rows if r["outcome"] == "judged" and r["verified"].get("ratio")]
     shares = [r["verified"]["prepare_s"] / r["verified"]["pair_s"] for r in rows
               if r["outcome"] == "judged" and r["verified"].get("prepare_s") and r["verified"].get("pair_s")]
-    return {"problems": len(rows), "outcomes": counts,
+    return {"problems": len(rows), "outcomes": counts, "remaining": remaining,
             "verified_ratio_median": round(statistics.median(ratios), 4) if ratios else None,
             "verified_ratio_within_band": sum(1 for x in ratios if abs(x - 1) <= IDENTITY_BAND),
             "verified_ratios": len(ratios),
             "prepare_share_median": round(statistics.median(shares), 3) if shares else None}
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
+def print_table(rows: list[dict[str, Any]], remaining: int = 0) -> None:
     from kbv.footprint import format_bytes
 
     head = f"{'problem':44s} {'inputs':>8s} {'standard':>10s} {'verified':>17s} {'ratio':>6s} {'prep':>7s}  outcome"
@@ -200,18 +211,19 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         prep = f"{ver['prepare_s']:.0f} s" if ver.get("prepare_s") else "-"
         print(f"{r['problem'][:44]:44s} {size:>8s} {std['status'][:10]:>10s} {ver['status'][:17]:>17s} {ratio:>6s} "
               f"{prep:>7s}  {r['outcome']}{': ' + r['why'][:100] if r['why'] else ''}")
-    s = summary(rows)
+    s = summary(rows, remaining)
     print(f"\n{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
+          + (f"; {remaining} not evaluated yet" if remaining else "")
           + (f"; verified identity ratio median {s['verified_ratio_median']:.3f}, {s['verified_ratio_within_band']}/"
              f"{s['verified_ratios']} within 1.00 +- {IDENTITY_BAND}" if s["verified_ratio_median"] else "")
           + (f"; preparation {100 * s['prepare_share_median']:.0f}% of a verified pair (median)"
              if s["prepare_share_median"] is not None else ""))
 
 
-def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device: str) -> None:
+def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device: str, remaining: int = 0) -> None:
     from kbv.footprint import format_bytes
 
-    s = summary(rows)
+    s = summary(rows, remaining)
     lines = ["# KernelBench's problems, each with its own Model as the candidate", "",
              "Every problem's identity (ModelNew = Model) under both protocols: standard's status and speedup, "
              "verified's status (`no_custom_kernel`, as an identity's must be) and its time against the live "
@@ -221,6 +233,7 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
              "unsound on a problem the screen calls sound) is a bug.", "",
              f"Made on {device} with: `{command}`", "",
              f"{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
+             + (f"; {remaining} not evaluated yet" if remaining else "")
              + (f". Verified identity ratio: median {s['verified_ratio_median']:.3f}, "
                 f"{s['verified_ratio_within_band']} of {s['verified_ratios']} within 1.00 ± {IDENTITY_BAND}."
                 if s["verified_ratio_median"] else "")
@@ -240,11 +253,19 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
         why = (": " + r["why"].replace("|", "/")[:300]) if r["why"] else ""
         lines.append(f"| {r['problem']} | {size} | {std_cell} | {ver['status']} | {ratio} | {prep} | "
                      f"{r['outcome']}{why} |")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    _write(path, "\n".join(lines) + "\n")
+
+
+def write_outputs(args: argparse.Namespace, rows: list[dict[str, Any]], remaining: int) -> None:
+    """The rows so far, in problem order, to --out (with the summary) and --markdown, each replaced whole."""
+    if args.out:
+        _write(Path(args.out), json.dumps({"rows": rows, "summary": summary(rows, remaining)}, indent=1))
+    if args.markdown:
+        write_markdown(rows, Path(args.markdown), _command(args), _device_name(args.device), remaining)
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("problems", help="KernelBench's repository, its problem folder, or any problem tree")
     ap.add_argument("--device", default="cuda")
@@ -259,7 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resume", default=None, help="an earlier --out: its judged and refused rows are kept")
     ap.add_argument("--out", default=None, help="write the rows (and the summary) as JSON here")
     ap.add_argument("--markdown", default=None, help="write the page here (docs/kernelbench_sweep.md)")
+    ap.add_argument("--chunk", type=int, default=8, help="problems a chunk: the outputs are written after each")
+    ap.add_argument("--budget", type=float, default=0.0,
+                    help="seconds since the start after which no chunk but the first starts (0: none)")
     args = ap.parse_args(argv)
+    if args.chunk < 1:
+        ap.error("--chunk must be at least 1")
     from kbv.errors import KbvError
     from kbv.problems import load_problems
 
@@ -275,13 +301,19 @@ def main(argv: list[str] | None = None) -> int:
     todo = [p for p in problems if p.key not in kept]
     if kept:
         print(f"{len(kept)} problems kept from {args.resume}; {len(todo)} to evaluate", flush=True)
-    rows = run(args, todo) if todo else []
-    every = sorted([*kept.values(), *rows], key=lambda r: _order(r["problem"]))
-    print_table(every)
-    if args.out:
-        Path(args.out).write_text(json.dumps({"rows": every, "summary": summary(every)}, indent=1))
-    if args.markdown:
-        write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
+    every = _ordered(list(kept.values()))
+    chunks = [todo[i:i + args.chunk] for i in range(0, len(todo), args.chunk)]
+    for i, chunk in enumerate(chunks):
+        if i and args.budget and time.monotonic() - started >= args.budget:
+            print(f"budget of {args.budget:g} s spent: {len(problems) - len(every)} problems left for a later run"
+                  + (f" (--resume {args.out})" if args.out else ""), flush=True)
+            break
+        print(f"chunk {i + 1}/{len(chunks)}: {len(chunk)} problems", flush=True)
+        every = _ordered([*every, *run(args, chunk)])
+        write_outputs(args, every, len(problems) - len(every))
+    if not chunks:
+        write_outputs(args, every, 0)
+    print_table(every, len(problems) - len(every))
     return 1 if any(r["outcome"] == "false flag" for r in every) else 0
 
 
@@ -290,6 +322,18 @@ def _kept(path: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
         return {}
     rows = json.loads(Path(path).read_text()).get("rows", [])
     return {r["problem"]: r for r in rows if r.get("problem") in keys and r.get("outcome") in KEPT}
+
+
+def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: _order(r["problem"]))
+
+
+def _write(path: Path, text: str) -> None:
+    """`text` to `path` through a temporary file: a kill mid-write leaves the earlier file whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _order(key: str) -> tuple[int, int, str]:

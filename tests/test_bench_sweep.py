@@ -1,7 +1,8 @@
 """bench/kernelbench_sweep.py on a CPU: each problem's own Model as its candidate, under both protocols,
 on a KernelBench-shaped tree; a small problem is judged (standard correct, verified no_custom_kernel
 with its time against the baseline), one too large for the machine is refused with its figures; the
-JSON keeps both, and a resumed sweep keeps them without evaluating anything."""
+JSON keeps both, and a resumed sweep keeps them without evaluating anything. In chunks, no chunk tries an
+earlier one's problems again, the JSON holds every chunk's rows, and past --budget no further chunk starts."""
 
 from __future__ import annotations
 
@@ -42,3 +43,33 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     assert "| L1/20_Huge | 256 GiB |" in page.read_text()
     again = _sweep(*args, "--resume", str(out))
     assert again.returncode == 0 and "2 problems kept" in again.stdout and "[1/" not in again.stdout
+
+
+def test_each_chunk_evaluates_its_own_problems_and_the_json_holds_every_row(tmp_path: Path) -> None:
+    huge = RELU_PROBLEM.replace("torch.randn(16, 256)", "torch.randn(1 << 20, 1 << 16)")  # refused: stands as a failure
+    tree = write_tree(tmp_path / "KernelBench", {"level1/20_Huge.py": huge, "level2/1_Other.py": RELU_PROBLEM})
+    out, page = tmp_path / "sweep.json", tmp_path / "sweep.md"
+    done = _sweep(str(tree), "--device", "cpu", "--work", str(tmp_path / "work"), "--timer-budget", "0.3",
+                  "--seed", "3", "--chunk", "1", "--out", str(out), "--markdown", str(page))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [(r["problem"], r["outcome"]) for r in data["rows"]] == [("L1/20_Huge", "refused"), ("L2/1_Other", "judged")]
+    assert data["summary"]["remaining"] == 0 and "not evaluated yet" not in page.read_text()
+    assert "chunk 2/2" in done.stdout and done.stdout.count("L1/20_Huge standard") == 1  # not tried again
+
+
+def test_no_chunk_starts_past_the_budget_and_a_resumed_sweep_goes_on(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
+    out, page = tmp_path / "sweep.json", tmp_path / "sweep.md"
+    args = [str(tree), "--device", "cpu", "--work", str(tmp_path / "work"), "--timer-budget", "0.3", "--seed", "3",
+            "--chunk", "1", "--out", str(out), "--markdown", str(page)]
+    cut = _sweep(*args, "--budget", "0.001")
+    assert cut.returncode == 0, cut.stdout[-3000:] + cut.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [r["problem"] for r in data["rows"]] == ["L1/19_ReLU"] and data["summary"]["remaining"] == 1
+    assert "1 problems left for a later run" in cut.stdout and "chunk 2/2" not in cut.stdout
+    assert "1 not evaluated yet" in page.read_text()
+    rest = _sweep(*args, "--resume", str(out))
+    assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
+    data = json.loads(out.read_text())
+    assert [r["outcome"] for r in data["rows"]] == ["judged", "judged"] and data["summary"]["remaining"] == 0

@@ -60,6 +60,27 @@ def test_a_matmul_on_a_cpu_still_asks_whether_tf32_matters(tmp_path):
     assert s["by_precision"]["fp32"] >= 10
 
 
+BATCHNORM = ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.bn = nn.BatchNorm1d(64)\n    def forward(self, x):\n        return self.bn(x)\n" + INPUTS)
+
+
+@pytest.mark.parametrize("cuda_like", [False, True])
+def test_every_trial_knows_what_the_reference_changes_in_batchnorms_running_statistics(tmp_path, monkeypatch,
+                                                                                        cuda_like):
+    """A first trial's baseline call is calibration's; where nothing after it calls the model at its
+    own precision (on CUDA a convolution asks no strict-fp32 call), the trial must still record the
+    running statistics the reference's call moves, or an honest candidate is parameter_mutated (three
+    shaped BatchNorm fixtures on an H100)."""
+    from kbv.reference import Reference
+
+    if cuda_like:
+        monkeypatch.setattr(Reference, "_may_use_tf32", lambda self: False)
+    prepared = _prepare(tmp_path, BATCHNORM)
+    for t in prepared.trials:
+        assert set(t.evaluation.changes or {}) == {"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}, \
+            t.label
+
+
 @pytest.mark.parametrize("hold, calls", [(Hold.ALL, 0), (Hold.TRUTH, 0), (Hold.NONE, 20)])
 def test_a_candidate_costs_no_reference_call_while_the_truth_is_held(tmp_path, hold, calls):
     prepared = _prepare(tmp_path, GELU, hold)

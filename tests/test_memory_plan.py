@@ -114,7 +114,9 @@ def test_with_the_truth_alone_held_in_host_memory_a_candidate_is_judged_as_befor
     honest, hack = by["6_Softmax__triton"], by["11_MSELoss__hack_constant"]
     assert honest.status is Status.VERIFIED, honest.message
     assert "in host memory" in honest.evidence["preparation"]["memory"]
-    assert honest.evidence["reference_calls"] <= 16  # the timer's rechecks only: no trial remade
+    # the timer's rechecks only (a timed output's truth, made again where only trials' truth is held; as
+    # many as the timer's rounds: 54 calls on an H100), no trial remade
+    assert honest.evidence["reference_calls"] == honest.evidence["recheck_calls"]
     assert hack.status is Status.INCORRECT
 
 

@@ -18,9 +18,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 def test_no_mutant_fools_verified_on_a_gpu(tmp_path: Path, cache_dir: Path) -> None:
+    cands = tmp_path / "candidates"  # the run directory lies beside the candidates, never inside them
+    cands.mkdir()
     for name in GPU_HONEST:
-        shutil.copy(EXAMPLES / f"{name}.py", tmp_path / f"{name}.py")
-    config = RedteamConfig(EvalConfig(candidates=str(tmp_path), problems="smoke", device="cuda",
+        shutil.copy(EXAMPLES / f"{name}.py", cands / f"{name}.py")
+    config = RedteamConfig(EvalConfig(candidates=str(cands), problems="smoke", device="cuda",
                                       run_dir=str(tmp_path / "run"), cache_dir=str(cache_dir), seed=7,
                                       timer_budget_s=3.0, ci_target=0.05, timeout_s=300))
     result = run_redteam(config, print)

@@ -212,6 +212,7 @@ class PreparedProblem:
     baseline_memory: MemoryStats | None = None
     stack: ExitStack = field(default_factory=ExitStack)
     _truth_memo: dict[int, Evaluation] = field(default_factory=dict)
+    recheck_calls: int = 0  # the reference calls the timer's rechecks made (of `ledger.total`)
 
     @property
     def ledger(self) -> CallLedger:
@@ -240,8 +241,10 @@ class PreparedProblem:
             if len(self._truth_memo) >= self._pool_truths():
                 self._truth_memo.clear()
             dist = self.pool_distributions[index] if self.pool_distributions else "-"
+            made = self.ledger.total
             with parent_work(), self.ledger.doing("recheck", dist):
                 ev = self.evaluate(self.pool[index])
+            self.recheck_calls += self.ledger.total - made
             self._truth_memo[index] = replace(ev, baseline=_like(ev.baseline))
         return self._truth_memo[index]
 
@@ -352,6 +355,7 @@ def _calibrated_first(prepared: PreparedProblem, dist: str, pins: dict[str, str 
     seed = trial_seed(secret, problem.hash, dist, 0)
     weight_seed = trial_seed(secret, problem.hash, dist, 0, "weights")
     tried: dict[str, Made] = {}
+    moved: set[str] = set()  # the variants whose call changed the model's state (BatchNorm in training mode)
 
     def attempt(variant: Any) -> list[torch.Tensor]:
         tried.clear()  # one variant's tensors at a time: full-size inputs are GBs
@@ -360,6 +364,8 @@ def _calibrated_first(prepared: PreparedProblem, dist: str, pins: dict[str, str 
         state = _state_of(model)
         with ref.ledger.doing("calibration", dist):
             outputs = ref.baseline_outputs(model, inputs)
+        if _changed_state(state, model):
+            moved.add(variant.name)
         tried[variant.name] = (inputs, state, Evaluation([], outputs, [], True))
         return outputs
 
@@ -374,19 +380,23 @@ def _calibrated_first(prepared: PreparedProblem, dist: str, pins: dict[str, str 
         inputs, state, partial = tried.pop(name)
         ref.ledger.counts[("calibration", dist, ref.policy)] -= 1  # it was the trial's own baseline call
         ref.ledger.counts[("baseline", dist, ref.policy)] += 1
-        trial.fill((inputs, state, _complete(prepared, trial, inputs, partial.baseline)))
+        trial.fill((inputs, state, _complete(prepared, trial, inputs, partial.baseline, name in moved)))
     return trial
 
 
-def _complete(prepared: PreparedProblem, trial: TrialData, inputs: list[Any], baseline: list[torch.Tensor]) -> Evaluation:
-    """The evaluation of a trial whose baseline outputs are made: its truth, errors and state changes."""
+def _complete(prepared: PreparedProblem, trial: TrialData, inputs: list[Any], baseline: list[torch.Tensor],
+              moved: bool) -> Evaluation:
+    """The evaluation of a trial whose baseline outputs are made (by a call that changed the model's
+    state where `moved`): its truth, errors and state changes. The calls made here may leave the state
+    as built (the truth runs on a copy; a convolution on CUDA asks no strict call), so the baseline's
+    own call says whether the state moves."""
     ref = prepared.reference
     model = ref.build(trial.weight_seed)
     state = _state_of(model)
     truth, exact = ref.truth(model, inputs)
     errors = [measure_error(t, b) for t, b in zip(truth, baseline)]
     ev = ref.evaluation(model, inputs, truth, exact, baseline, errors)
-    if _changed_state(state, model):  # one call from the state built, as the candidate's first is
+    if moved or _changed_state(state, model):  # one call from the state built, as the candidate's first is
         ev.changes = ref.state_changes(ref.build(trial.weight_seed), inputs)
     return ev
 

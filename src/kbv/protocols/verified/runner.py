@@ -211,7 +211,7 @@ class VerifiedRunner:
                                  "preparation": prepared.preparation,
                                  **({"time_unattributed": True} if self.time_unattributed else {})})
         records = Records()
-        calls = prepared.ledger.total
+        calls, rechecks = prepared.ledger.total, prepared.recheck_calls
         if build.status is not None:
             records.build = build
         else:
@@ -221,6 +221,7 @@ class VerifiedRunner:
                 records.failure = failure
         # the reference's calls made for this candidate: trials the plan did not keep, timed outputs rechecked
         base.evidence["reference_calls"] = prepared.ledger.total - calls
+        base.evidence["recheck_calls"] = prepared.recheck_calls - rechecks
         return finish_verdict(base, t0, **judge(records, prepared, self.protocol, self.settings, self.copy_gbps,
                                                 base.evidence))
 

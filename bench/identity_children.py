@@ -1,0 +1,163 @@
+"""Where an identity's time goes: the same Model timed in children that went through different
+histories, side by side, round by round (bench for issue 37's identities under 1.00 on a GPU).
+
+Children, each a real kbv child (the sandbox the run would use):
+- `ref`: the reference as a baseline is made (load at TF32, memory, warm-up as a profiled child);
+- `ref2`: the same again (the control: what two alike children differ by);
+- `cand`: the problem's Model as a candidate file (ModelNew = Model) through what a candidate goes
+  through before timing: a correctness call, memory, attribution (profiler, ghost replay), warm-up;
+- `cand-noattr`: the same candidate without its attribution.
+
+Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
+followed by the window's own costs probed in that child. Per child: the median whole window
+(begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, and the
+probed launch and synchronise; and each figure against `ref`'s. Prints a table; `--out` writes JSON.
+
+    PYTHONPATH=src python3 bench/identity_children.py --device cuda --problems smoke --only L1/2_ReLU,L1/6_Softmax
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kbv.problems import find_problem, instantiate_problem, load_problems
+from kbv.protocols.verified.timer import load_pool
+from kbv.sandbox import ChildSpec, Sandbox
+
+CALL_S = 300.0
+
+
+def _spec(root: Path, name: str, device: str) -> ChildSpec:
+    (root / name).mkdir(parents=True, exist_ok=True)
+    return ChildSpec(work_dir=root / name / "work", build_dir=root / name / "build", device=device,
+                     parent_device=device if device.startswith("cuda") else None)
+
+
+def _inputs(module: Any, seed: int, device: torch.device) -> list[Any]:
+    torch.manual_seed(seed)
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
+
+
+def _forward(sb: Sandbox, inputs: list[Any], like: list[torch.Tensor]) -> None:
+    refs = sb.put(inputs, CALL_S)
+    fields, receipt = sb.expect(like)
+    reply = sb.call({"op": "forward", "inputs": refs, **fields}, CALL_S)
+    sb.take(reply, receipt, CALL_S)
+
+
+def _attribution(sb: Sandbox, sets: list[list[Any]], like: list[torch.Tensor]) -> None:
+    refs = iter(sb.put([x for s in sets for x in s], CALL_S))
+    take = [[next(refs) for _ in s] for s in sets]
+    fields, receipt = sb.expect(like)
+    reply = sb.call({"op": "attribution", "warm_inputs": take[0], "inputs": take[1], "ghost_inputs": take[2],
+                     "ghost_outputs": fields}, CALL_S)
+    if reply.get("ghost") == "ran":
+        sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, CALL_S)
+
+
+def make_children(problem: Any, root: Path, device: str, pool: list[list[Any]], module: Any,
+                  like: list[torch.Tensor], init: list[Any]) -> dict[str, Sandbox]:
+    children: dict[str, Sandbox] = {}
+    identity = re.sub(r"\bModel\b", "ModelNew", problem.code)
+    dev = torch.device(device)
+    for name in ("ref", "ref2", "cand", "cand-noattr"):
+        sb = Sandbox(_spec(root, name, device), label=name)
+        sb.start()
+        sb.ready(CALL_S)
+        if name.startswith("ref"):
+            sb.call({"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
+                     "init_args": init, "seed": 1, "precision": "tf32"}, CALL_S)
+            load_pool(sb, pool, 0, CALL_S)
+            sb.call({"op": "memory"}, CALL_S)
+        else:
+            path = root / name / "build" / f"{problem.name}__identity.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(identity)
+            sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": init, "seed": 1,
+                     "precision": "tf32"}, CALL_S)
+            _forward(sb, _inputs(module, 101, dev), like)
+            load_pool(sb, pool, 0, CALL_S)
+            sb.call({"op": "memory"}, CALL_S)
+            if name == "cand":
+                _attribution(sb, [_inputs(module, 200 + k, dev) for k in range(3)], like)
+        sb.call({"op": "warmup", "ms": 100.0, "profiled": True}, CALL_S)
+        children[name] = sb
+    return children
+
+
+def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int) -> dict[str, dict[str, float]]:
+    got: dict[str, dict[str, list[float]]] = {n: {"whole": [], "stream": [], "host": [], "launch": [], "sync": []}
+                                              for n in children}
+    names = list(children)
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            reply = children[name].call({"op": "time_block", "start": (r * block) % pool_len, "n": block,
+                                         "probe_costs": True}, CALL_S)
+            g = got[name]
+            g["whole"] += [x * 1e3 for x in reply["device_ms"]]
+            g["stream"] += [x * 1e3 for x in reply["stream_ms"]]
+            g["host"] += [x * 1e3 for x in reply["host_ms"]]
+            costs = reply.get("window_costs_ms") or [float("nan"), float("nan")]
+            g["launch"].append(costs[0] * 1e3)
+            g["sync"].append(costs[1] * 1e3)
+    return {n: {k: statistics.median(v) for k, v in g.items() if v} for n, g in got.items()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--problems", default="smoke")
+    ap.add_argument("--only", default="L1/2_ReLU,L1/6_Softmax,L3/1_MLP")
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--block", type=int, default=10)
+    ap.add_argument("--pool", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    device = args.device if args.device != "cuda" else "cuda:0"
+    problems = load_problems(args.problems)
+    rows: list[dict[str, Any]] = []
+    head = f"{'problem':28s} {'child':12s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s}"
+    print(head)
+    print("-" * len(head))
+    for key in [k for k in args.only.split(",") if k]:
+        problem = find_problem(problems, key)
+        module = instantiate_problem(problem)
+        dev = torch.device(device)
+        pool = [_inputs(module, 1000 + k, dev) for k in range(args.pool)]
+        init = list(module.get_init_inputs())
+        torch.manual_seed(1)
+        model = module.Model(*init).to(dev)
+        with torch.no_grad():
+            out = model(*pool[0])
+        like = [o.detach().to("meta") for o in (out if isinstance(out, (list, tuple)) else [out])]
+        del model, out
+        with tempfile.TemporaryDirectory(prefix="kbv-identity-") as tmp:
+            children = make_children(problem, Path(tmp), device, pool, module, like, init)
+            try:
+                figures = measure(children, args.rounds, args.block, len(pool))
+            finally:
+                for sb in children.values():
+                    sb.close()
+        ref = figures["ref"]["whole"]
+        for name, f in figures.items():
+            rows.append({"problem": problem.key, "child": name, **{k: round(v, 2) for k, v in f.items()},
+                         "ratio": round(ref / f["whole"], 4)})
+            print(f"{problem.key[:28]:28s} {name:12s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
+                  f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
