@@ -264,3 +264,28 @@ def test_a_command_that_returns_at_once_does_not_unmap_its_inputs_under_their_co
     reply = sb.call({"op": "forward", "inputs": sb.put([small, False], CALL_S), **fields}, CALL_S)
     outs = sb.take(reply, receipt, CALL_S)
     assert outs is not None and torch.equal(outs[0], torch.relu(small))
+
+
+def test_a_device_without_room_for_the_inputs_buffer_is_the_runs_failure_not_the_candidates():
+    """An identity of KernelBench's L1/3 came out `cuda_error` on an H100: the child's `alloc` of the
+    buffer kbv sends the inputs through failed while the run's other problems held the device. That is
+    no verdict on the candidate; any other failure of the call stays what it was."""
+    from kbv.errors import RunFailure
+    from kbv.verdict import Status
+
+    class Refusing:
+        def __init__(self, failure: Exception) -> None:
+            self.failure = failure
+
+        def call(self, command: dict, timeout_s: float) -> dict:
+            assert command["op"] == "alloc"
+            raise self.failure
+
+    channel = DeviceChannel(None, torch.device("cuda", 0))  # put() asks the child first: no device touched
+    x = torch.zeros(4, 4)
+    full = ChildFailure(Status.CUDA_ERROR, "VmmError: cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2) (during alloc)", {})
+    with pytest.raises(RunFailure, match="no room for the 0.00 GiB buffer"):
+        channel.put(Refusing(full), [x], 5.0)
+    crashed = ChildFailure(Status.CRASHED, "killed by SIGKILL during alloc", {})
+    with pytest.raises(ChildFailure, match="SIGKILL"):
+        channel.put(Refusing(crashed), [x], 5.0)
