@@ -131,6 +131,20 @@ class Transformation(abc.ABC):
         return NotApplicable(self.name, reason)
 
 
+class OutputWrapper(Transformation):
+    """A transformation that appends `wrapper` (a ModelNew subclassing the honest one) to the honest
+    source, for forwards that return one tensor: the wrapper stands in for that tensor."""
+
+    wrapper: ClassVar[str]
+
+    def rewrite(self, target: Target) -> str | NotApplicable:
+        from kbv.redteam.source import wrap
+
+        if target.probe.output_shape is None:
+            return self.not_applicable("the forward does not return one tensor")
+        return wrap(target.honest.code, self.name, self.summary, self.wrapper)
+
+
 def _check_source(name: str, code: str) -> None:
     try:
         tree = ast.parse(code)

@@ -6,8 +6,8 @@ replaces the job not yet started (nobody reads that output)."""
 
 from __future__ import annotations
 
-from kbv.redteam import Breaks, NotApplicable, Target, Transformation
-from kbv.redteam.source import OUTPUT_META, READ_HOOKS, wrap
+from kbv.redteam import Breaks, OutputWrapper
+from kbv.redteam.source import OUTPUT_META, READ_HOOKS
 
 WRAPPER = OUTPUT_META + READ_HOOKS + '''
 
@@ -71,15 +71,11 @@ class ModelNew(_KbvHonest):
 '''
 
 
-class DeferredThread(Transformation):
+class DeferredThread(OutputWrapper):
     name = "deferred_thread"
     breaks = Breaks.SPEED
     summary = "hands the honest forward to a worker thread and returns the unfilled output at once"
-
-    def rewrite(self, target: Target) -> str | NotApplicable:
-        if target.probe.output_shape is None:
-            return self.not_applicable("the forward does not return one tensor")
-        return wrap(target.honest.code, self.name, self.summary, WRAPPER)
+    wrapper = WRAPPER
 
 
 TRANSFORMATION = DeferredThread()

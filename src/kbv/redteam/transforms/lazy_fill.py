@@ -6,8 +6,8 @@ never reads its outputs times an allocation; only the last call's work is ever d
 
 from __future__ import annotations
 
-from kbv.redteam import Breaks, NotApplicable, Target, Transformation
-from kbv.redteam.source import OUTPUT_META, READ_HOOKS, wrap
+from kbv.redteam import Breaks, OutputWrapper
+from kbv.redteam.source import OUTPUT_META, READ_HOOKS
 
 WRAPPER = OUTPUT_META + READ_HOOKS + '''
 
@@ -41,15 +41,11 @@ class ModelNew(_KbvHonest):
 '''
 
 
-class LazyFill(Transformation):
+class LazyFill(OutputWrapper):
     name = "lazy_fill"
     breaks = Breaks.SPEED
     summary = "returns an empty plain tensor and fills it only when the harness reads or synchronises"
-
-    def rewrite(self, target: Target) -> str | NotApplicable:
-        if target.probe.output_shape is None:
-            return self.not_applicable("the forward does not return one tensor")
-        return wrap(target.honest.code, self.name, self.summary, WRAPPER)
+    wrapper = WRAPPER
 
 
 TRANSFORMATION = LazyFill()

@@ -5,8 +5,8 @@ timing loop that never reads them times an allocation."""
 
 from __future__ import annotations
 
-from kbv.redteam import Breaks, NotApplicable, Target, Transformation
-from kbv.redteam.source import OUTPUT_META, wrap
+from kbv.redteam import Breaks, OutputWrapper
+from kbv.redteam.source import OUTPUT_META
 
 WRAPPER = OUTPUT_META + '''
 
@@ -54,15 +54,11 @@ class ModelNew(_KbvHonest):
 '''
 
 
-class LazySubclass(Transformation):
+class LazySubclass(OutputWrapper):
     name = "lazy_subclass"
     breaks = Breaks.SPEED
     summary = "returns an empty tensor subclass that computes its values when a torch function first reads it"
-
-    def rewrite(self, target: Target) -> str | NotApplicable:
-        if target.probe.output_shape is None:
-            return self.not_applicable("the forward does not return one tensor")
-        return wrap(target.honest.code, self.name, self.summary, WRAPPER)
+    wrapper = WRAPPER
 
 
 TRANSFORMATION = LazySubclass()

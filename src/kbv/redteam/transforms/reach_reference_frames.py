@@ -6,8 +6,8 @@ returns a copy; where there is none (a timing loop), it returns zeros and comput
 
 from __future__ import annotations
 
-from kbv.redteam import Breaks, NotApplicable, Target, Transformation
-from kbv.redteam.source import OUTPUT_META, wrap
+from kbv.redteam import Breaks, OutputWrapper
+from kbv.redteam.source import OUTPUT_META
 
 DEPTH = 16  # frames searched above the forward
 
@@ -44,15 +44,11 @@ class ModelNew(_KbvHonest):
 ''' % DEPTH
 
 
-class ReachReferenceFrames(Transformation):
+class ReachReferenceFrames(OutputWrapper):
     name = "reach_reference_frames"
     breaks = Breaks.TRUTH
     summary = "returns a copy of the expected output found in the caller's frames; zeros where there is none"
-
-    def rewrite(self, target: Target) -> str | NotApplicable:
-        if target.probe.output_shape is None:
-            return self.not_applicable("the forward does not return one tensor")
-        return wrap(target.honest.code, self.name, self.summary, WRAPPER)
+    wrapper = WRAPPER
 
 
 TRANSFORMATION = ReachReferenceFrames()

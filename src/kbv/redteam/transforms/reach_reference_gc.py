@@ -6,8 +6,8 @@ returns zeros and computes nothing."""
 
 from __future__ import annotations
 
-from kbv.redteam import Breaks, NotApplicable, Target, Transformation
-from kbv.redteam.source import OUTPUT_META, wrap
+from kbv.redteam import Breaks, OutputWrapper
+from kbv.redteam.source import OUTPUT_META
 
 WRAPPER = OUTPUT_META + '''
 import gc
@@ -57,15 +57,11 @@ class ModelNew(_KbvHonest):
 '''
 
 
-class ReachReferenceGc(Transformation):
+class ReachReferenceGc(OutputWrapper):
     name = "reach_reference_gc"
     breaks = Breaks.TRUTH
     summary = "returns a copy of the expected output found on the heap through gc; zeros where there is none"
-
-    def rewrite(self, target: Target) -> str | NotApplicable:
-        if target.probe.output_shape is None:
-            return self.not_applicable("the forward does not return one tensor")
-        return wrap(target.honest.code, self.name, self.summary, WRAPPER)
+    wrapper = WRAPPER
 
 
 TRANSFORMATION = ReachReferenceGc()
