@@ -8,6 +8,7 @@ timer. The `unstable_timing` rule on its own, as the pure function it is.
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,44 @@ def test_the_baselines_two_timings_agree_within_a_tenth() -> None:
     assert baseline_disagreement(stats(2.65), stats(2.70)) is None  # a matmul's baseline, 2% apart
     assert baseline_disagreement(stats(0.0042), stats(0.0047)) is not None  # 12% apart
     assert baseline_disagreement(stats(0.0), stats(0.0)) is not None  # nothing measured is no figure
+
+
+def test_a_trial_lets_the_last_ones_tensors_go_before_it_is_made() -> None:
+    """Standard's trials, remade one at a time for a problem too large to hold them: the last trial's
+    reference and output are gone when the next is made. KernelBench's L1/9 (4 GiB of output) held three
+    outputs at once, 20 GB of a 24 GiB host."""
+    import weakref
+
+    import torch
+
+    from kbv.protocols.standard import StandardProtocol, _run_trials
+
+    alive: list[weakref.ref] = []
+
+    class Context:
+        trials = [None] * 3
+
+        def trial(self, index: int):
+            assert all(r() is None for r in alive), f"trial {index} made while the last one's tensors lived"
+            inputs, references = [torch.rand(8)], [torch.rand(8)]
+            alive.extend(weakref.ref(t) for t in (*inputs, *references))
+            return inputs, references
+
+    class Child:
+        def put(self, values, timeout_s):
+            return list(range(len(values)))
+
+        def expect(self, like):
+            return {}, None
+
+        def call(self, command, timeout_s):
+            self.out = torch.rand(8)
+            alive.append(weakref.ref(self.out))
+            return {"count": 1, "outputs": [{"tensor": True, "shape": [8], "dtype": "float32", "device": "cpu"}]}
+
+        def take(self, reply, receipt, timeout_s):
+            out, self.out = self.out, None
+            return [out]
+
+    trials = _run_trials(Child(), Context(), StandardProtocol(), time.monotonic() + 60, torch.device("cpu"))
+    assert len(trials) == 3

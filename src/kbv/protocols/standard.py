@@ -424,6 +424,9 @@ def _run_trials(sb: Sandbox, ctx: StandardContext, protocol: StandardProtocol, d
         comparison = _compare(reply, references, outputs, protocol.tolerance)
         trials.append(Trial("default", index, comparison.passed, comparison.max_abs_err, comparison.max_rel_err,
                             category=comparison.category, note=comparison.note or _describe_error(comparison)))
+        # let this trial's tensors go before the next is made: a trial remade beside the last one's
+        # reference and output held three outputs at once (KernelBench's L1/9: 4 GiB each, 20 GB in all)
+        del inputs, references, refs, outputs, reply
     return trials
 
 
