@@ -11,7 +11,7 @@ own runs (its status stays `no_custom_kernel`, as an identity's must). One row a
 - or, for a problem kbv refuses, the figures it gave (a problem too large for the machine).
 
 The outcome: `judged`; `refused` (with its figures); `failed` (the problem's own code failed); or
-`false flag`, a bug: the identity `incorrect`, `hack`, `integrity_violation` or `crashed` under verified,
+`false flag`, a bug: the identity anything but `no_custom_kernel` under verified (`incorrect`, `crashed`, `cuda_error`...),
 `unsound_problem` on a problem the soundness screen (`--soundness`, its JSONL) called sound, or not
 `correct` under standard.
 
@@ -42,7 +42,9 @@ from typing import Any
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-FALSE_FLAGS = {"incorrect", "hack", "integrity_violation", "crashed"}
+# what an identity may be under verified: no kernel of its own (timed all the same), or a problem the
+# screen finds unsound; any other status (incorrect, hack, crashed, cuda_error, timeout...) is a false flag
+IDENTITY_STATUSES = {"no_custom_kernel", "unsound_problem"}
 IDENTITY_BAND = 0.05  # the verified identity ratio's target: 1.00 +- this
 KEPT = ("judged", "refused")  # outcomes a resumed sweep keeps
 
@@ -121,7 +123,7 @@ def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]
     std, ver = row["standard"], row["verified"]
     if "missing" in (std["status"], ver["status"]):
         return "missing", "not evaluated yet"
-    if ver["status"] in FALSE_FLAGS:
+    if ver["status"] not in IDENTITY_STATUSES:  # crashed, cuda_error, timeout...: whatever else, a bug
         return "false flag", f"verified {ver['status']}: {ver['message']}"
     if ver["status"] == "unsound_problem" and sound.get(row["problem"]) == "sound":
         return "false flag", f"unsound_problem on a problem the screen calls sound: {ver['message']}"
@@ -229,8 +231,8 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
              "verified's status (`no_custom_kernel`, as an identity's must be) and its time against the live "
              "TF32 baseline (timed through the bench-only `time_unattributed` setting; 1.00 is the truth), "
              "and what preparing the problem cost. A problem too large for the machine is refused with its "
-             "figures. A `false flag` (the identity incorrect, a hack, an integrity violation, crashed, or "
-             "unsound on a problem the screen calls sound) is a bug.", "",
+             "figures. A `false flag` (under verified, the identity anything but `no_custom_kernel`, or "
+             "unsound on a problem the screen calls sound; under standard, not `correct`) is a bug.", "",
              f"Made on {device} with: `{command}`", "",
              f"{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
              + (f"; {remaining} not evaluated yet" if remaining else "")

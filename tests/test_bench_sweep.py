@@ -73,3 +73,23 @@ def test_no_chunk_starts_past_the_budget_and_a_resumed_sweep_goes_on(tmp_path: P
     assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
     data = json.loads(out.read_text())
     assert [r["outcome"] for r in data["rows"]] == ["judged", "judged"] and data["summary"]["remaining"] == 0
+
+
+def test_an_identity_is_a_false_flag_under_any_verified_status_but_no_custom_kernel() -> None:
+    """An identity's device error (KernelBench's L1/3 on an H100: `cuda_error`, the device full of the
+    run's other problems) is a false flag like `incorrect`, never `judged`."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernelbench_sweep", SCRIPT)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+
+    def row(verified: str) -> dict:
+        return {"problem": "L1/3_Batched", "standard": {"status": "correct", "message": ""},
+                "verified": {"status": verified, "message": "VmmError: cuMemCreate"}}
+
+    assert sweep.outcome(row("no_custom_kernel"), {}, {}) == ("judged", "")
+    for status in ("cuda_error", "crashed", "timeout", "incorrect", "verified"):
+        assert sweep.outcome(row(status), {}, {})[0] == "false flag", status
+    assert sweep.outcome(row("unsound_problem"), {}, {"L1/3_Batched": "unsound"})[0] == "judged"
+    assert sweep.outcome(row("unsound_problem"), {}, {"L1/3_Batched": "sound"})[0] == "false flag"
