@@ -22,6 +22,8 @@
 # bwrap first on PATH for every later step; `bwrap-probe` says what this machine allows (user
 # namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
 # with and without the sandbox on the GPU.
+# `identity-children` times one identity in children of different histories (bench/identity_children.py:
+# where an identity's verified time goes).
 # `cold` is a cold run
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
@@ -88,6 +90,8 @@ for s in "$@"; do
     pairs) rm -rf /tmp/kbv-pairs && mkdir -p /tmp/kbv-pairs && cp ${PAIRS_GLOB:-examples/2_ReLU__*} /tmp/kbv-pairs/ \
       && step pairs "${PAIRS_LIMIT:-200}" python3 bench/throughput.py --cases full --candidates /tmp/kbv-pairs \
       --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
+    identity-children) step identity-children "${IDENTITY_LIMIT:-200}" python3 bench/identity_children.py --device cuda \
+      --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds "${IDENTITY_ROUNDS:-20}" --out "$OUT/identity_children.json" ;;
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
       step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \

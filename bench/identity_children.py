@@ -1,17 +1,17 @@
 """Where an identity's time goes: the same Model timed in children that went through different
 histories, side by side, round by round (bench for issue 37's identities under 1.00 on a GPU).
 
-Children, each a real kbv child (the sandbox the run would use):
-- `ref`: the reference as a baseline is made (load at TF32, memory, warm-up as a profiled child);
-- `ref2`: the same again (the control: what two alike children differ by);
-- `cand`: the problem's Model as a candidate file (ModelNew = Model) through what a candidate goes
-  through before timing: a correctness call, memory, attribution (profiler, ghost replay), warm-up;
-- `cand-noattr`: the same candidate without its attribution.
+Each child is a real kbv child (the sandbox a run uses), loaded as the reference (`ref...`, the
+problem's code at TF32, as a baseline is made) or as a candidate file (`cand...`, ModelNew = Model),
+then taken through some of what a candidate goes through before it is timed: `forward` (a
+correctness call), `memory` (the memory measurement), `attribution` (the profiler and the ghost
+replay); then every child warms up as a profiled one, as the timer has it. `ref` and `ref2` are
+alike (the control: what two alike children differ by).
 
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
-(begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, and the
-probed launch and synchronise; and each figure against `ref`'s. Prints a table; `--out` writes JSON.
+(begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, the
+probed launch and synchronise, and `ref`'s whole window over its own. Prints a table; `--out` writes JSON.
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --problems smoke --only L1/2_ReLU,L1/6_Softmax
 """
@@ -64,34 +64,45 @@ def _attribution(sb: Sandbox, sets: list[list[Any]], like: list[torch.Tensor]) -
         sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, CALL_S)
 
 
-def make_children(problem: Any, root: Path, device: str, pool: list[list[Any]], module: Any,
-                  like: list[torch.Tensor], init: list[Any]) -> dict[str, Sandbox]:
-    children: dict[str, Sandbox] = {}
+HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
+    "ref": ("reference", ("memory",)),
+    "ref2": ("reference", ("memory",)),
+    "ref+attr": ("reference", ("memory", "attribution")),
+    "cand-bare": ("candidate", ()),
+    "cand-fwd": ("candidate", ("forward",)),
+    "cand-fwd-mem": ("candidate", ("forward", "memory")),
+    "cand": ("candidate", ("forward", "memory", "attribution")),
+}
+
+
+def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device: str, pool: list[list[Any]],
+                  module: Any, like: list[torch.Tensor], init: list[Any], names: list[str]) -> None:
+    """Start `names`' children into `children` (the caller closes them, whatever happens)."""
     identity = re.sub(r"\bModel\b", "ModelNew", problem.code)
     dev = torch.device(device)
-    for name in ("ref", "ref2", "cand", "cand-noattr"):
+    for name in names:
+        source, steps = HISTORIES[name]
         sb = Sandbox(_spec(root, name, device), label=name)
+        children[name] = sb
         sb.start()
         sb.ready(CALL_S)
-        if name.startswith("ref"):
+        if source == "reference":
             sb.call({"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
                      "init_args": init, "seed": 1, "precision": "tf32"}, CALL_S)
-            load_pool(sb, pool, 0, CALL_S)
-            sb.call({"op": "memory"}, CALL_S)
         else:
             path = root / name / "build" / f"{problem.name}__identity.py"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(identity)
             sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": init, "seed": 1,
                      "precision": "tf32"}, CALL_S)
+        if "forward" in steps:
             _forward(sb, _inputs(module, 101, dev), like)
-            load_pool(sb, pool, 0, CALL_S)
+        load_pool(sb, pool, 0, CALL_S)
+        if "memory" in steps:
             sb.call({"op": "memory"}, CALL_S)
-            if name == "cand":
-                _attribution(sb, [_inputs(module, 200 + k, dev) for k in range(3)], like)
+        if "attribution" in steps:
+            _attribution(sb, [_inputs(module, 200 + k, dev) for k in range(3)], like)
         sb.call({"op": "warmup", "ms": 100.0, "profiled": True}, CALL_S)
-        children[name] = sb
-    return children
 
 
 def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int) -> dict[str, dict[str, float]]:
@@ -121,12 +132,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--pool", type=int, default=8)
+    ap.add_argument("--children", default=",".join(HISTORIES), help="which of: " + ", ".join(HISTORIES))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    names = [n for n in args.children.split(",") if n]
+    if "ref" not in names or any(n not in HISTORIES for n in names):
+        ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}")
     device = args.device if args.device != "cuda" else "cuda:0"
     problems = load_problems(args.problems)
     rows: list[dict[str, Any]] = []
-    head = f"{'problem':28s} {'child':12s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s}"
+    head = f"{'problem':28s} {'child':13s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s}"
     print(head)
     print("-" * len(head))
     for key in [k for k in args.only.split(",") if k]:
@@ -142,8 +157,9 @@ def main() -> int:
         like = [o.detach().to("meta") for o in (out if isinstance(out, (list, tuple)) else [out])]
         del model, out
         with tempfile.TemporaryDirectory(prefix="kbv-identity-") as tmp:
-            children = make_children(problem, Path(tmp), device, pool, module, like, init)
+            children: dict[str, Sandbox] = {}
             try:
+                make_children(children, problem, Path(tmp), device, pool, module, like, init, names)
                 figures = measure(children, args.rounds, args.block, len(pool))
             finally:
                 for sb in children.values():
@@ -152,7 +168,7 @@ def main() -> int:
         for name, f in figures.items():
             rows.append({"problem": problem.key, "child": name, **{k: round(v, 2) for k, v in f.items()},
                          "ratio": round(ref / f["whole"], 4)})
-            print(f"{problem.key[:28]:28s} {name:12s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
+            print(f"{problem.key[:28]:28s} {name:13s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
                   f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
