@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kbv.footprint import Footprint
+from kbv.protocols.verified.rules import VerifiedProtocol
 from kbv.memory_plan import (
     FIT_SHARE,
     Available,
@@ -114,9 +115,11 @@ def test_with_the_truth_alone_held_in_host_memory_a_candidate_is_judged_as_befor
     honest, hack = by["6_Softmax__triton"], by["11_MSELoss__hack_constant"]
     assert honest.status is Status.VERIFIED, honest.message
     assert "in host memory" in honest.evidence["preparation"]["memory"]
-    # the timer's rechecks only (a timed output's truth, made again where only trials' truth is held; as
-    # many as the timer's rounds: 54 calls on an H100), no trial remade
-    assert honest.evidence["reference_calls"] == honest.evidence["recheck_calls"]
+    # no trial remade (that is two calls a trial: 20): the calls are the timer's rechecks (a timed output's
+    # truth, made again where only trials' truth is held; as many as the timer's rounds: 54 calls on an
+    # H100) and the probes' own inputs (each reuse probe's and the ghost replay's: a baseline and a truth)
+    probes = 2 * (VerifiedProtocol().reuse_probes + 1)
+    assert honest.evidence["reference_calls"] - honest.evidence["recheck_calls"] <= probes
     assert hack.status is Status.INCORRECT
 
 
