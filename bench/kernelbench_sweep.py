@@ -258,8 +258,24 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
     _write(path, "\n".join(lines) + "\n")
 
 
+def portable(rows: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
+    """`rows` with the problem tree's own path (`root`, as given) named KERNELBENCH_DIR in their messages,
+    so that what is published names no folder of the machine that made it. Pure."""
+    prefix = str(root).rstrip("/") + "/"
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(prefix, "KERNELBENCH_DIR/")
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    return [clean(r) for r in rows]
+
+
 def write_outputs(args: argparse.Namespace, rows: list[dict[str, Any]], remaining: int) -> None:
     """The rows so far, in problem order, to --out (with the summary) and --markdown, each replaced whole."""
+    rows = portable(rows, args.problems)
     if args.out:
         _write(Path(args.out), json.dumps({"rows": rows, "summary": summary(rows, remaining)}, indent=1))
     if args.markdown:

@@ -93,3 +93,17 @@ def test_an_identity_is_a_false_flag_under_any_verified_status_but_no_custom_ker
         assert sweep.outcome(row(status), {}, {})[0] == "false flag", status
     assert sweep.outcome(row("unsound_problem"), {}, {"L1/3_Batched": "unsound"})[0] == "judged"
     assert sweep.outcome(row("unsound_problem"), {}, {"L1/3_Batched": "sound"})[0] == "false flag"
+
+
+def test_published_rows_name_no_folder_of_the_machine() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernelbench_sweep", SCRIPT)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    rows = [{"problem": "L1/19_ReLU", "why": "/data/kb/level1/19_ReLU.py: too large",
+             "verified": {"status": "failed", "message": "/data/kb/level1/19_ReLU.py: too large"}}]
+    out = sweep.portable(rows, "/data/kb/")
+    assert out[0]["why"] == "KERNELBENCH_DIR/level1/19_ReLU.py: too large"
+    assert out[0]["verified"]["message"].startswith("KERNELBENCH_DIR/level1/")
+    assert rows[0]["why"].startswith("/data/kb/")  # the caller's rows are left as they were
