@@ -363,8 +363,10 @@ def _order(key: str) -> tuple[int, int, str]:
 def _command(args: argparse.Namespace) -> str:
     """The command that remakes the page, without this machine's paths."""
     only = f" --only {args.only}" if args.only else ""
+    page = Path(args.markdown) if args.markdown else Path("docs/kernelbench_sweep.md")
+    page = page if not page.is_absolute() else Path(page.name)  # a relative path is the repository's
     return (f"PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device {args.device}{only} "
-            f"--timer-budget {args.timer_budget:g} --out sweep.json --markdown docs/kernelbench_sweep.md")
+            f"--timer-budget {args.timer_budget:g} --out {page.with_suffix('.json')} --markdown {page}")
 
 
 def _device_name(device: str) -> str:
