@@ -73,8 +73,24 @@ def test_a_problem_too_large_for_the_machine_is_refused_with_its_figures():
         assert message.startswith("level1/19_ReLU.py: too large for this machine")
         assert "of host memory" in message and "22 GiB free" in message and "\n" not in message
     # the figure given is the least plan's, larger than what may be used
-    least = verified_need(RELU_19, Hold.NONE, 0, "device", 2, on_cuda=False)
+    least = verified_need(RELU_19, Hold.NONE, 0, "device", 2, on_cuda=False, pool_held=False, trials=10)
     assert f"needs about {least.host >> 30} GiB" in str(verified.value)
+
+
+def test_on_an_80_gb_gpu_an_8_gib_input_fits_once_the_parent_stops_holding_the_timing_pool():
+    """KernelBench's L1/4 (a matrix-vector product: 8 GiB of input, a small output) was refused on an
+    H100 with 64 GiB needed: the timing pool counted three times, in the parent and in both children."""
+    matvec = Footprint(input_bytes=8 * GIB, weight_bytes=0, output_bytes=1 << 20, forward_bytes=1 << 20,
+                       float64_inputs_bytes=16 * GIB, float64_weights_bytes=0, float64_output_bytes=2 << 20,
+                       float64_bytes=16 * GIB, tf32=True)
+    h100 = Available(78 * GIB, 120 * GIB)
+    plan = plan_verified(matvec, 10, h100, POOL, "level1/4_Matrix_vector_multiplication_.py")
+    assert not plan.pool_held and plan.need.device <= FIT_SHARE * h100.device_bytes
+    assert "drawn again from their seeds" in plan.describe()
+    held = verified_need(matvec, plan.hold, plan.held, plan.truth_home, 2, True, pool_held=True, trials=10)
+    assert not held.fits(h100)
+    # a small problem keeps its pool: nothing is drawn twice
+    assert plan_verified(SMALL, 10, h100, POOL, "p.py").pool_held
 
 
 def test_the_least_standard_plan_makes_each_trial_for_each_candidate():
@@ -100,8 +116,8 @@ def test_with_the_truth_alone_held_in_host_memory_a_candidate_is_judged_as_befor
     from kbv.api import EvalConfig, evaluate
     from kbv.verdict import Status
 
-    def truth_in_host_memory(fp, trials, available, pool_budget_bytes, problem):
-        return VerifiedPlan(Hold.TRUTH, trials, "host", 2 * max(fp.input_bytes, 1), Need(0, 0))
+    def truth_in_host_memory(fp, trials, available, pool_budget_bytes, problem, baselines=1):
+        return VerifiedPlan(Hold.TRUTH, trials, "host", 2 * max(fp.input_bytes, 1), Need(0, 0), pool_held=False)
 
     monkeypatch.setattr(runner, "plan_verified", truth_in_host_memory)
     examples = _Path(__file__).resolve().parents[1] / "examples"

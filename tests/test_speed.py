@@ -15,6 +15,7 @@ from kbv.detect.speed import WallBlock, too_short_to_time, wall_bound, window_re
 from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
 from kbv.protocols.verified.timer import (
     TimerConfig,
+    TimingPool,
     _Side,
     fill_rounds,
     judge_speedups,
@@ -118,6 +119,35 @@ def test_identical_implementations_time_equal_within_their_interval(children):
     assert 0.8 < result.speedups["eager-tf32"] < 1.25
     assert result.rechecked >= 1 and not result.findings
     assert result.stats["candidate"].n >= config.stop.min_samples
+
+
+def test_a_pool_the_parent_does_not_hold_reaches_each_child_a_set_at_a_time_and_in_order(children):
+    """A large problem's timing pool is drawn again from its seeds whenever the parent needs a set: each
+    child takes it a set at a time, and a recheck's truth comes from the same set the child timed."""
+    drawn = []
+
+    def draw(k):
+        drawn.append(k)
+        return [torch.randn(256, 1024, generator=torch.Generator().manual_seed(100 + k))]
+
+    pool = TimingPool(3, draw, held=False)
+    cand, base = children("cand", _reference()), children("base", _reference())
+    for sb in (cand, base):
+        load_pool(sb, pool, 0, 60)
+    assert drawn == [0, 0, 1, 2, 0, 1, 2]  # its size from the first, then one set in hand at a time
+    wrong = []
+
+    def check(index, outputs):
+        x = pool[index][0]
+        if not torch.allclose(outputs[0], (x @ x.T).tanh(), atol=1e-3):
+            wrong.append(index)
+        return None
+
+    config = TimerConfig(stop=StopRule(target=0.05, max_time_s=2.0), warmup_ms=20)
+    result = measure_speed(cand, {"eager-tf32": base}, config, len(pool), check, [torch.empty(256, 256)],
+                           time.monotonic() + 60)
+    assert result.rechecked >= 1 and wrong == []
+    assert len(drawn) == 7 + result.rechecked  # each recheck drew its set again
 
 
 def test_a_wrong_timed_output_is_caught_by_the_recheck(children):

@@ -119,13 +119,15 @@ class VerifiedPlan:
     truth_home: str
     pool_budget_bytes: int
     need: Need
+    pool_held: bool = True  # the parent keeps the timing pool (else draws each set again when it needs it)
 
     def describe(self) -> str:
+        pool = "" if self.pool_held else "; timing sets drawn again from their seeds"
         if self.hold is Hold.ALL:
-            return "every trial held"
+            return "every trial held" + pool
         where = "" if self.truth_home == "device" else " in host memory"
         return (f"{self.held} trials' truth held{where}, inputs and weights remade from their seeds"
-                if self.hold is Hold.TRUTH else "trials remade for each candidate")
+                if self.hold is Hold.TRUTH else "trials remade for each candidate") + pool
 
 
 @dataclass(frozen=True)
@@ -143,52 +145,67 @@ def _split(device: int, host: int, on_cuda: bool) -> Need:
     return Need(device, host) if on_cuda else Need(0, device + host)
 
 
-def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_sets: int, on_cuda: bool) -> Need:
+def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_sets: int, on_cuda: bool,
+                  pool_held: bool = True, baselines: int = 1, trials: int = 0) -> Need:
     """What the verified protocol holds at its peak for a problem of footprint `fp`, `held` of its
-    hidden trials keeping `hold`, with a timing pool of `pool_sets` input sets. The peak of three phases:
+    hidden trials (of `trials`) keeping `hold`, with a timing pool of `pool_sets` input sets timed against
+    `baselines` baseline children (each holds the pool and the model from the timing pool's making
+    on). The peak of four phases:
 
-    - making a trial (preparation; remade ones for each candidate): the model and inputs in fp32 and
-      in float64 with the float64 forward's peak; then the truth beside the baseline's forward; the
-      weights cloned for the candidate;
+    - making a trial (preparation; and for each candidate, beside the baseline children, a trial that
+      keeps nothing):
+      the model and inputs in fp32 and in float64 with the float64 forward's peak; then the truth
+      beside the baseline's forward; the weights cloned for the candidate;
     - judging a candidate: in the parent one trial's inputs, weights and truth, the two runs' outputs
       taken back and the comparison's chunks; the candidate's child with the trial's inputs, the
-      weights, a forward's peak and its outputs; the baseline's child with the pool and the weights;
-    - timing: the pool in the parent and in both children, each child's forward, and in the parent
-      one pool entry's truth for the rechecks.
-    The held trials count throughout, on the host where `truth_home` is "host" (a GPU)."""
+      weights, a forward's peak and its outputs;
+    - handing the candidate's child the pool: a held pool goes in one transfer (the child holds it
+      twice until it has cloned it); one the parent does not hold goes a set at a time (one set drawn
+      in the parent, one in transfer);
+    - timing: the pool and a forward in the candidate's child, and in the parent one pool entry's
+      truth for the rechecks (and its inputs, drawn again, where the pool is not held).
+    The parent's pool (where held) and the held trials count throughout, the trials on the host
+    where `truth_home` is "host" (a GPU)."""
     per_trial = {Hold.ALL: fp.input_bytes + fp.weight_bytes + fp.truth_bytes + fp.output_bytes,
                  Hold.TRUTH: fp.truth_bytes, Hold.NONE: 0}[hold]
     kept = held * per_trial
     pool = pool_sets * fp.input_bytes
+    children = baselines * (pool + fp.weight_bytes)  # the baseline children, the pool loaded
     making = fp.weight_bytes + max(fp.truth_call_bytes, fp.input_bytes + fp.weight_bytes + fp.truth_bytes
                                    + fp.forward_bytes)
+    remaking = children + making if hold is Hold.NONE or held < trials else 0
     judging = (fp.input_bytes + fp.weight_bytes + fp.truth_bytes + 2 * fp.output_bytes + JUDGE_BYTES
                + fp.call_bytes + fp.output_bytes  # the candidate's child
-               + pool + fp.weight_bytes)  # the baseline's child
-    timing = fp.truth_bytes + fp.output_bytes + JUDGE_BYTES + 2 * (pool + fp.call_bytes)
-    device = pool + max(making, judging, timing)
+               + children)
+    handing = children + fp.weight_bytes + (2 * pool if pool_held else pool + 2 * fp.input_bytes)
+    timing = (fp.truth_bytes + fp.output_bytes + JUDGE_BYTES + (0 if pool_held else fp.input_bytes)
+              + children + baselines * fp.call_bytes + pool + fp.call_bytes)
+    device = (pool if pool_held else 0) + max(making, remaking, judging, handing, timing)
     if truth_home == "host" and on_cuda:
         return Need(device, kept)
     return _split(device + kept, 0, on_cuda)
 
 
 def plan_verified(fp: Footprint, trials: int, available: Available, pool_budget_bytes: int,
-                  problem: str) -> VerifiedPlan:
-    """The most the verified protocol can hold of a problem within `available`: every trial; else
-    every trial's truth on the device; else (a GPU) in host memory; else fewer trials' truth; else
-    none. The pool shrinks to its minimum first. Raises ProblemTooLarge when nothing fits."""
+                  problem: str, baselines: int = 1) -> VerifiedPlan:
+    """The most the verified protocol can hold of a problem within `available`: every trial and the
+    timing pool; else every trial's truth on the device; else (a GPU) in host memory; else fewer
+    trials' truth; else none. The pool shrinks to its minimum first, and beyond every trial held the
+    parent keeps none of it (each set is drawn again from its seed when needed). Raises
+    ProblemTooLarge when nothing fits."""
     on_cuda = available.device_bytes is not None
     full_pool = max(MIN_POOL_SETS, min(16, pool_budget_bytes // max(fp.input_bytes, 1)))
     homes = ("device", "host") if on_cuda else ("device",)
-    tries: list[tuple[Hold, int, str, int]] = [(Hold.ALL, trials, "device", full_pool),
-                                               (Hold.ALL, trials, "device", MIN_POOL_SETS)]
-    tries += [(Hold.TRUTH, trials, home, MIN_POOL_SETS) for home in homes]
-    tries += [(Hold.TRUTH, k, homes[-1], MIN_POOL_SETS) for k in range(trials - 1, 0, -1)]
-    tries.append((Hold.NONE, 0, "device", MIN_POOL_SETS))
-    for hold, held, home, pool_sets in tries:
-        need = verified_need(fp, hold, held, home, pool_sets, on_cuda)
+    tries: list[tuple[Hold, int, str, int, bool]] = [(Hold.ALL, trials, "device", full_pool, True),
+                                                     (Hold.ALL, trials, "device", MIN_POOL_SETS, True),
+                                                     (Hold.ALL, trials, "device", MIN_POOL_SETS, False)]
+    tries += [(Hold.TRUTH, trials, home, MIN_POOL_SETS, False) for home in homes]
+    tries += [(Hold.TRUTH, k, homes[-1], MIN_POOL_SETS, False) for k in range(trials - 1, 0, -1)]
+    tries.append((Hold.NONE, 0, "device", MIN_POOL_SETS, False))
+    for hold, held, home, pool_sets, pool_held in tries:
+        need = verified_need(fp, hold, held, home, pool_sets, on_cuda, pool_held, baselines, trials)
         if need.fits(available):
-            return VerifiedPlan(hold, held, home, pool_sets * max(fp.input_bytes, 1), need)
+            return VerifiedPlan(hold, held, home, pool_sets * max(fp.input_bytes, 1), need, pool_held)
     raise ProblemTooLarge(f"{problem}: too large for this machine under the verified protocol: it "
                           f"{need.describe(available)} with one hidden trial of {format_bytes(fp.input_bytes)} "
                           f"of inputs and {format_bytes(fp.truth_bytes)} of float64 truth made at a time")

@@ -519,11 +519,14 @@ class Child:
                 "tampered": self.clock.tampered()}
 
     def op_pool(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        """Take the timing pool (input sets) onto the device, and allocate the L2 flush buffer."""
+        """Take the timing pool (input sets) onto the device, and allocate the L2 flush buffer; with
+        `append`, add the sets to the pool taken before (a large pool comes a set at a time)."""
         torch = self.torch
-        self.pool = [[self._arg(a) for a in inputs] for inputs in cmd["pool"]]
-        flush_bytes = int(cmd.get("flush_bytes", 0))
-        self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device) if flush_bytes else None
+        if not cmd.get("append"):
+            self.pool, self.flush = [], None  # the last pool goes before the next is copied
+            flush_bytes = int(cmd.get("flush_bytes", 0))
+            self.flush = torch.empty(flush_bytes // 4, dtype=torch.int32, device=self.device) if flush_bytes else None
+        self.pool.extend([self._arg(a) for a in inputs] for inputs in cmd["pool"])
         self.sync()
         return {"sets": len(self.pool)}
 

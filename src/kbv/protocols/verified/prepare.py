@@ -34,7 +34,7 @@ from kbv.ledger import CallLedger
 from kbv.memory_plan import Hold, VerifiedPlan
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols.verified.rules import BASELINES, DRAW_CONSTANT_PARAMETERS, KEEP_BUDGET_BYTES, VerifiedProtocol
-from kbv.protocols.verified.timer import TimerConfig, load_pool, pool_size
+from kbv.protocols.verified.timer import TimerConfig, TimingPool, load_pool, pool_size
 from kbv.reference import Evaluation, Reference
 from kbv.sandbox import ChildFailure, Sandbox
 from kbv.sandbox.spares import reference_child
@@ -204,7 +204,8 @@ class PreparedProblem:
     keep_all: bool | None = None  # without a plan: whether every trial is kept (decided on the first made)
     preparation: dict[str, Any] = field(default_factory=dict)  # what preparing it cost (calls, seconds, memory)
     # timing (prepare_timing)
-    pool: list[list[Any]] = field(default_factory=list)  # timing input sets (device tensors)
+    # timing input sets (device tensors): held, or drawn again from their seeds (`plan.pool_held`)
+    pool: TimingPool | list[list[Any]] = field(default_factory=list)
     pool_distributions: list[str] = field(default_factory=list)
     output_like: list[torch.Tensor] = field(default_factory=list)  # the outputs' shapes and dtypes (meta)
     timing_weights: str = ""  # which trial's weights the timed models hold
@@ -498,7 +499,9 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     if prepared.plan is not None:  # the memory plan's share for the pool
         timer = replace(timer, pool_budget_bytes=min(timer.pool_budget_bytes, prepared.plan.pool_budget_bytes))
     n = pool_size(per_set, settings.l2_bytes, timer, len(dists))
-    prepared.pool = [first] + [prepared.draw(k, "timing", device) for k in range(1, n)]
+    held = prepared.plan is None or prepared.plan.pool_held
+    prepared.pool = TimingPool(n, lambda k: prepared.draw(k, "timing", device), held, first)
+    del first
     prepared.pool_distributions = [dists[k % len(dists)] for k in range(n)]
     last = prepared.trials[-1]
     prepared.timing_weights = f"the weights of the {last.label}"

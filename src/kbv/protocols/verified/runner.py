@@ -54,7 +54,7 @@ from kbv.protocols.verified.rules import (
     REPLAY_PROBES,
     VerifiedProtocol,
 )
-from kbv.protocols.verified.timer import SpeedResult, TimerConfig, load_pool, measure_speed
+from kbv.protocols.verified.timer import SpeedResult, TimerConfig, TimingPool, load_pool, measure_speed
 from kbv.protocols.verified.findings import Findings, FindingsCache, findings_key
 from kbv.provenance import device_fingerprint, device_state
 from kbv.sandbox import ChildFailure, Sandbox
@@ -179,7 +179,8 @@ class VerifiedRunner:
         device = torch.device(self.settings.device)
         available = available_memory(device.type, device.index)
         trials = len(DISTRIBUTIONS) * self.protocol.trials_per_distribution
-        return plan_verified(footprint, trials, available, self.timer.pool_budget_bytes, problem.origin)
+        return plan_verified(footprint, trials, available, self.timer.pool_budget_bytes, problem.origin,
+                             len(self.baseline_names))
 
     def release(self, prepared: PreparedProblem | UnsoundProblem) -> None:
         prepared.close()
@@ -339,7 +340,8 @@ def _child_seconds(said: Any, most: float) -> dict[str, float]:
 def _min_dram_bytes(prepared: PreparedProblem, l2_bytes: int) -> int:
     """Bytes a call cannot avoid moving through DRAM: every input tensor (cold after the flush) and
     the part of the outputs larger than L2."""
-    inputs = tensor_bytes(prepared.pool[0])
+    pool = prepared.pool
+    inputs = pool.set_bytes if isinstance(pool, TimingPool) else tensor_bytes(pool[0])
     outputs = tensor_bytes(prepared.output_like)
     return inputs + max(outputs - l2_bytes, 0)
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from kbv.detect.speed import WallBlock, WallBound, too_short_to_time, wall_bound, window_resolution_ms
+from kbv.inputs import tensor_bytes
 from kbv.sandbox import Sandbox
 from kbv.sandbox.timers import COST_PROBES, WindowCosts, subtract_costs
 from kbv.settings import time_left
@@ -94,12 +95,50 @@ def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributi
     return max(2, min(wanted, config.pool_budget_bytes // per_set))
 
 
-def load_pool(sb: Sandbox, pool: list[list[Any]], flush_bytes: int, timeout_s: float) -> None:
-    """Hand the pool's input sets to the child `sb` (one transfer) and have it allocate the L2 flush."""
-    flat = [x for inputs in pool for x in inputs]
-    refs = iter(sb.put(flat, timeout_s))
-    sets = [[next(refs) for _ in inputs] for inputs in pool]
-    sb.call({"op": "pool", "pool": sets, "flush_bytes": flush_bytes}, timeout_s)
+class TimingPool:
+    """The timing pool's input sets as the parent sees them. Held: drawn once and kept between
+    candidates (a small problem's). Not held: drawn again from their seeds whenever one is needed (a
+    large problem's, where a set can be GBs): the parent then keeps no set beside the children's
+    copies, and each child takes the pool a set at a time (`load_pool`)."""
+
+    def __init__(self, n: int, draw: Callable[[int], list[Any]], held: bool, first: list[Any] | None = None) -> None:
+        self._draw = draw
+        self._n = n
+        self.held = held
+        first = draw(0) if first is None else first
+        self.set_bytes = tensor_bytes(first)
+        self._sets: list[list[Any]] | None = [first] + [draw(k) for k in range(1, n)] if held else None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, k: int) -> list[Any]:
+        if not -self._n <= k < self._n:
+            raise IndexError(f"pool entry {k} of {self._n}")
+        k %= self._n
+        return self._sets[k] if self._sets is not None else self._draw(k)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        return (self[k] for k in range(self._n))
+
+    def clear(self) -> None:
+        self._sets, self._n = [], 0
+
+
+def load_pool(sb: Sandbox, pool: Sequence[list[Any]], flush_bytes: int, timeout_s: float) -> None:
+    """Hand the pool's input sets to the child `sb` and have it allocate the L2 flush: a held pool in
+    one transfer; one the parent does not hold a set at a time, each drawn, handed over and dropped
+    (the parent and the child's transfer never hold more than one set)."""
+    if getattr(pool, "held", True):
+        flat = [x for inputs in pool for x in inputs]
+        refs = iter(sb.put(flat, timeout_s))
+        sets = [[next(refs) for _ in inputs] for inputs in pool]
+        sb.call({"op": "pool", "pool": sets, "flush_bytes": flush_bytes}, timeout_s)
+        return
+    for k in range(len(pool)):
+        handed = sb.put(pool[k], timeout_s)
+        sb.call({"op": "pool", "pool": [handed], "flush_bytes": flush_bytes, "append": k > 0}, timeout_s)
+        del handed
 
 
 @dataclass(frozen=True)
