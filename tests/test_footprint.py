@@ -57,6 +57,30 @@ def test_a_linear_layers_inputs_weights_and_outputs_are_counted_and_tf32_is_seen
     assert fp.forward_bytes >= fp.output_bytes
 
 
+MLP = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 256))
+    def forward(self, x):
+        return self.net(x)
+def get_inputs():
+    return [torch.rand(16, 4096)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_weight_transposed_for_a_gemm_is_a_view_and_costs_the_forward_nothing():
+    """KernelBench's L3/1 MLP (2.5 GiB of weights) was planned with a 2.5 GiB forward: every linear
+    layer's transposed weight counted as a new allocation, where it shares the weight's storage."""
+    fp = trace_footprint(_module(MLP))
+    assert fp is not None
+    assert fp.weight_bytes > 64 * MIB
+    assert fp.forward_bytes < MIB  # two activations of 16 x 4096 and the outputs: well under a MiB
+
+
 def test_an_elementwise_forward_runs_no_tf32_operator_and_its_intermediates_show_in_its_peak():
     fp = trace_footprint(_module(GELU))
     assert fp is not None and not fp.tf32

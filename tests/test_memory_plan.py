@@ -56,10 +56,11 @@ def test_a_problem_whose_trials_do_not_fit_keeps_their_truth_or_fewer_of_them_ne
 
 
 def test_on_a_gpu_short_of_room_the_truth_goes_to_host_memory():
-    plan = plan_verified(RELU_19, 10, Available(139 * GIB, 120 * GIB), POOL, "p.py")
+    relu = _elementwise(3 * GIB)
+    plan = plan_verified(relu, 10, Available(139 * GIB, 120 * GIB), POOL, "p.py")
     assert plan.hold is Hold.TRUTH and plan.truth_home == "host"
     assert plan.need.device <= FIT_SHARE * 139 * GIB and plan.need.host <= FIT_SHARE * 120 * GIB
-    assert plan.need.host == plan.held * RELU_19.truth_bytes
+    assert plan.need.host == plan.held * relu.truth_bytes
 
 
 def test_a_problem_too_large_for_the_machine_is_refused_with_its_figures():
@@ -73,24 +74,49 @@ def test_a_problem_too_large_for_the_machine_is_refused_with_its_figures():
         assert message.startswith("level1/19_ReLU.py: too large for this machine")
         assert "of host memory" in message and "22 GiB free" in message and "\n" not in message
     # the figure given is the least plan's, larger than what may be used
-    least = verified_need(RELU_19, Hold.NONE, 0, "device", 2, on_cuda=False, pool_held=False, trials=10)
+    least = verified_need(RELU_19, Hold.NONE, 0, "device", 2, on_cuda=False, pool_held=False)
     assert f"needs about {least.host >> 30} GiB" in str(verified.value)
 
 
-def test_on_an_80_gb_gpu_an_8_gib_input_fits_once_the_parent_stops_holding_the_timing_pool():
-    """KernelBench's L1/4 (a matrix-vector product: 8 GiB of input, a small output) was refused on an
-    H100 with 64 GiB needed: the timing pool counted three times, in the parent and in both children."""
-    matvec = Footprint(input_bytes=8 * GIB, weight_bytes=0, output_bytes=1 << 20, forward_bytes=1 << 20,
-                       float64_inputs_bytes=16 * GIB, float64_weights_bytes=0, float64_output_bytes=2 << 20,
-                       float64_bytes=16 * GIB, tf32=True)
+def _matvec(input_bytes: int) -> Footprint:
+    """A matrix-vector product (KernelBench's L1/4 is 8 GiB): inputs are nearly all of it."""
+    return Footprint(input_bytes=input_bytes, weight_bytes=0, output_bytes=1 << 20, forward_bytes=1 << 20,
+                     float64_inputs_bytes=2 * input_bytes, float64_weights_bytes=0, float64_output_bytes=2 << 20,
+                     float64_bytes=2 * input_bytes, tf32=True)
+
+
+def test_on_an_80_gb_gpu_a_5_gib_input_fits_once_the_parent_stops_holding_the_timing_pool():
+    """The timing pool used to count three times, in the parent and in both children: a problem of a
+    few GiB of inputs was refused on an H100 for a copy kbv did not need."""
     h100 = Available(78 * GIB, 120 * GIB)
-    plan = plan_verified(matvec, 10, h100, POOL, "level1/4_Matrix_vector_multiplication_.py")
-    assert not plan.pool_held and plan.need.device <= FIT_SHARE * h100.device_bytes
-    assert "drawn again from their seeds" in plan.describe()
-    held = verified_need(matvec, plan.hold, plan.held, plan.truth_home, 2, True, pool_held=True, trials=10)
+    plan = plan_verified(_matvec(5 * GIB), 10, h100, POOL, "p.py")
+    assert not plan.pool_held and "drawn again from their seeds" in plan.describe()
+    held = verified_need(_matvec(5 * GIB), plan.hold, plan.held, plan.truth_home, 2, True, pool_held=True)
     assert not held.fits(h100)
     # a small problem keeps its pool: nothing is drawn twice
     assert plan_verified(SMALL, 10, h100, POOL, "p.py").pool_held
+
+
+def test_the_plan_counts_what_the_probes_hand_a_candidate_beside_both_pools():
+    """Attribution hands the candidate's child three fresh input sets at once (in transfer and cloned),
+    while it and the baseline's child hold the pool, and it keeps the last inputs it was handed:
+    KernelBench's L1/4 (8 GiB of inputs) needs at least 2 + 2 + 1 + 6 sets of 8 GiB, more than an
+    80 GB device has, and is refused with that figure."""
+    fp = _matvec(8 * GIB)
+    least = verified_need(fp, Hold.NONE, 0, "device", 2, True, pool_held=False)
+    assert least.device >= 11 * fp.input_bytes
+    with pytest.raises(ProblemTooLarge, match="of device memory, 78 GiB free"):
+        plan_verified(fp, 10, Available(78 * GIB, 120 * GIB), POOL, "level1/4_Matrix_vector_multiplication_.py")
+
+
+def test_the_plan_counts_a_reference_call_in_float64_beside_both_childrens_models():
+    """A weights-heavy network (KernelBench's L3/1 MLP: 2.5 GiB of weights): a reuse probe's truth is
+    computed in float64 while the baseline's child and the candidate's each hold the model."""
+    mlp = Footprint(input_bytes=8 << 20, weight_bytes=5 * GIB // 2, output_bytes=4 << 20, forward_bytes=36 << 20,
+                    float64_inputs_bytes=16 << 20, float64_weights_bytes=5 * GIB, float64_output_bytes=8 << 20,
+                    float64_bytes=72 << 20, tf32=True)
+    need = verified_need(mlp, Hold.NONE, 0, "device", 2, False, pool_held=False)
+    assert need.host >= 2 * mlp.weight_bytes + mlp.truth_call_bytes
 
 
 def test_the_least_standard_plan_makes_each_trial_for_each_candidate():

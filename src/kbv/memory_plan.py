@@ -146,41 +146,48 @@ def _split(device: int, host: int, on_cuda: bool) -> Need:
 
 
 def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_sets: int, on_cuda: bool,
-                  pool_held: bool = True, baselines: int = 1, trials: int = 0) -> Need:
+                  pool_held: bool = True, baselines: int = 1) -> Need:
     """What the verified protocol holds at its peak for a problem of footprint `fp`, `held` of its
-    hidden trials (of `trials`) keeping `hold`, with a timing pool of `pool_sets` input sets timed against
-    `baselines` baseline children (each holds the pool and the model from the timing pool's making
-    on). The peak of four phases:
+    hidden trials keeping `hold`, with a timing pool of `pool_sets` input sets timed against
+    `baselines` baseline children. Throughout: the held trials (on the host where `truth_home` is
+    "host", a GPU), the parent's pool where it holds one, and the pool entries' truth the rechecks
+    keep. Beside that, the peak of the phases:
 
-    - making a trial (preparation; and for each candidate, beside the baseline children, a trial that
-      keeps nothing):
-      the model and inputs in fp32 and in float64 with the float64 forward's peak; then the truth
-      beside the baseline's forward; the weights cloned for the candidate;
-    - judging a candidate: in the parent one trial's inputs, weights and truth, the two runs' outputs
-      taken back and the comparison's chunks; the candidate's child with the trial's inputs, the
-      weights, a forward's peak and its outputs;
-    - handing the candidate's child the pool: a held pool goes in one transfer (the child holds it
-      twice until it has cloned it); one the parent does not hold goes a set at a time (one set drawn
-      in the parent, one in transfer);
-    - timing: the pool and a forward in the candidate's child, and in the parent one pool entry's
-      truth for the rechecks (and its inputs, drawn again, where the pool is not held).
-    The parent's pool (where held) and the held trials count throughout, the trials on the host
-    where `truth_home` is "host" (a GPU)."""
+    - a reference call in the parent (a trial made, a remade one, a probe's or a recheck's truth): the
+      model and inputs in fp32 and in float64 with the float64 forward's peak; then the truth beside
+      the baseline's forward; the weights cloned for the candidate;
+    - from the timing pool's making on, each baseline child holds the pool, the model and (on a GPU,
+      whose caching allocator keeps it) its forward's peak, and the candidate's child its model and
+      the last inputs it was handed;
+    - judging a candidate: in the parent one trial and the two runs' outputs taken back and the
+      comparison's chunks, or a reference call; in the candidate's child a forward and its outputs;
+    - handing the candidate's child the pool: a held pool in one transfer (the child holds it twice
+      until it has cloned it), else a set at a time (one drawn in the parent, one in transfer);
+    - attribution: three fresh sets, in transfer and cloned in the child, beside its forward; then
+      the ghost replay's truth, a reference call;
+    - timing: the candidate's forward, the rechecks' reference calls and comparisons;
+    - the replay probe, a probe at a time: two fresh sets in transfer and cloned."""
     per_trial = {Hold.ALL: fp.input_bytes + fp.weight_bytes + fp.truth_bytes + fp.output_bytes,
                  Hold.TRUTH: fp.truth_bytes, Hold.NONE: 0}[hold]
     kept = held * per_trial
     pool = pool_sets * fp.input_bytes
-    children = baselines * (pool + fp.weight_bytes)  # the baseline children, the pool loaded
-    making = fp.weight_bytes + max(fp.truth_call_bytes, fp.input_bytes + fp.weight_bytes + fp.truth_bytes
-                                   + fp.forward_bytes)
-    remaking = children + making if hold is Hold.NONE or held < trials else 0
-    judging = (fp.input_bytes + fp.weight_bytes + fp.truth_bytes + 2 * fp.output_bytes + JUDGE_BYTES
-               + fp.call_bytes + fp.output_bytes  # the candidate's child
-               + children)
-    handing = children + fp.weight_bytes + (2 * pool if pool_held else pool + 2 * fp.input_bytes)
-    timing = (fp.truth_bytes + fp.output_bytes + JUDGE_BYTES + (0 if pool_held else fp.input_bytes)
-              + children + baselines * fp.call_bytes + pool + fp.call_bytes)
-    device = (pool if pool_held else 0) + max(making, remaking, judging, handing, timing)
+    inputs, forward = fp.input_bytes, fp.forward_bytes
+    reference_call = fp.weight_bytes + max(fp.truth_call_bytes, inputs + fp.weight_bytes + fp.truth_bytes + forward)
+    comparing = fp.truth_bytes + 2 * fp.output_bytes + JUDGE_BYTES
+    kept_forward = forward if on_cuda else 0  # a CUDA allocator keeps a child's forward peak; a CPU's frees it
+    timed = baselines * (pool + fp.weight_bytes + kept_forward) + fp.weight_bytes + inputs  # the children
+    phases = {
+        "preparing": reference_call,
+        "judging": timed + fp.output_bytes + max(reference_call + kept_forward,
+                                                 inputs + fp.weight_bytes + comparing + forward),
+        "handing": timed + kept_forward + (2 * pool if pool_held else pool + 2 * inputs),
+        "attribution": timed + pool + forward + 6 * inputs,
+        "ghost": timed + pool + kept_forward + fp.output_bytes + reference_call,
+        "timing": timed + pool + max(reference_call + kept_forward, comparing + forward),
+        "replay": timed + pool + forward + 4 * inputs,
+    }
+    rechecked = (pool_sets if hold is Hold.ALL else 1) * fp.truth_bytes
+    device = (pool if pool_held else 0) + rechecked + max(phases.values())
     if truth_home == "host" and on_cuda:
         return Need(device, kept)
     return _split(device + kept, 0, on_cuda)
@@ -203,7 +210,7 @@ def plan_verified(fp: Footprint, trials: int, available: Available, pool_budget_
     tries += [(Hold.TRUTH, k, homes[-1], MIN_POOL_SETS, False) for k in range(trials - 1, 0, -1)]
     tries.append((Hold.NONE, 0, "device", MIN_POOL_SETS, False))
     for hold, held, home, pool_sets, pool_held in tries:
-        need = verified_need(fp, hold, held, home, pool_sets, on_cuda, pool_held, baselines, trials)
+        need = verified_need(fp, hold, held, home, pool_sets, on_cuda, pool_held, baselines)
         if need.fits(available):
             return VerifiedPlan(hold, held, home, pool_sets * max(fp.input_bytes, 1), need, pool_held)
     raise ProblemTooLarge(f"{problem}: too large for this machine under the verified protocol: it "

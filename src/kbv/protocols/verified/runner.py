@@ -274,9 +274,10 @@ class VerifiedRunner:
         that is still right with the candidate's own launches suppressed never needed them."""
         device = torch.device(self.settings.device)
         t = time.perf_counter()
-        warm, profiled, ghosted = (prepared.draw(ATTRIBUTION_SET + k, "replay", device) for k in range(3))
-        refs = iter(sb.put(warm + profiled + ghosted, time_left(deadline)))
-        take = [[next(refs) for _ in group] for group in (warm, profiled, ghosted)]
+        groups = [prepared.draw(ATTRIBUTION_SET + k, "replay", device) for k in range(3)]  # warm, profiled, ghost
+        refs = iter(sb.put([x for g in groups for x in g], time_left(deadline)))
+        take = [[next(refs) for _ in group] for group in groups]
+        del groups  # the child has them: the ghost's set is drawn again for its truth (`kbv.memory_plan`)
         fields, receipt = sb.expect(prepared.output_like)
         parent = {"inputs": time.perf_counter() - t}
         t = time.perf_counter()
@@ -288,7 +289,7 @@ class VerifiedRunner:
             outs = sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, time_left(deadline))
             right = False
             if outs is not None:
-                ev = prepared.evaluate(ghosted)
+                ev = prepared.evaluate(prepared.draw(ATTRIBUTION_SET + 2, "replay", device))
                 right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed
             reply["ghost"] = "unchanged" if right else "changed"
             parent["ghost_truth"] = time.perf_counter() - t
@@ -316,12 +317,16 @@ class VerifiedRunner:
     def _replay_probe(self, sb: Sandbox, prepared: PreparedProblem, deadline: float,
                       costs: tuple[float, float] | None) -> tuple[Category, str] | None:
         device = torch.device(self.settings.device)
-        sets = [prepared.draw(k, "replay", device) for k in range(2 * REPLAY_PROBES)]  # probed, then fresh
-        refs = iter(sb.put([x for s in sets for x in s], time_left(deadline)))
-        handed = [[next(refs) for _ in s] for s in sets]
-        reply = sb.call({"op": "replay", "sets": handed[:REPLAY_PROBES], "fresh": handed[REPLAY_PROBES:],
-                         "costs": costs}, time_left(deadline))
-        return replayed_timing(reply["pairs"])
+        pairs: list[Any] = []
+        for k in range(REPLAY_PROBES):  # a probe at a time: two input sets in hand, never six
+            probed, fresh = prepared.draw(k, "replay", device), prepared.draw(REPLAY_PROBES + k, "replay", device)
+            refs = iter(sb.put(probed + fresh, time_left(deadline)))
+            handed = [[next(refs) for _ in s] for s in (probed, fresh)]
+            del probed, fresh
+            reply = sb.call({"op": "replay", "sets": handed[:1], "fresh": handed[1:], "costs": costs},
+                            time_left(deadline))
+            pairs += list(reply["pairs"])[:1]
+        return replayed_timing(pairs)
 
 
 def _child_seconds(said: Any, most: float) -> dict[str, float]:

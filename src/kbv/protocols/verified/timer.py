@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from kbv.detect.speed import WallBlock, WallBound, too_short_to_time, wall_bound, window_resolution_ms
+from kbv.errors import ProblemRunError
 from kbv.inputs import tensor_bytes
 from kbv.sandbox import Sandbox
 from kbv.sandbox.timers import COST_PROBES, WindowCosts, subtract_costs
@@ -95,17 +96,27 @@ def pool_size(bytes_per_set: int, l2_bytes: int, config: TimerConfig, distributi
     return max(2, min(wanted, config.pool_budget_bytes // per_set))
 
 
+class PoolDrift(ProblemRunError):
+    """A timing set drawn again from its seed came out other than it first did: the problem's inputs
+    do not follow the seed (its own `get_inputs` draws from a generator kbv does not seed)."""
+
+
 class TimingPool:
     """The timing pool's input sets as the parent sees them. Held: drawn once and kept between
     candidates (a small problem's). Not held: drawn again from their seeds whenever one is needed (a
     large problem's, where a set can be GBs): the parent then keeps no set beside the children's
-    copies, and each child takes the pool a set at a time (`load_pool`)."""
+    copies, and each child takes the pool a set at a time (`load_pool`). A set drawn again must be
+    the set drawn first (its sums are compared), or the rechecks would judge the timed outputs
+    against another input's truth: `PoolDrift` then, a failure of the problem."""
 
     def __init__(self, n: int, draw: Callable[[int], list[Any]], held: bool, first: list[Any] | None = None) -> None:
-        self._draw = draw
+        self._draw: Callable[[int], list[Any]] | None = draw
         self._n = n
         self.held = held
+        self._sums: dict[int, list[Any]] = {}  # a set's sums as first drawn (a pool not held)
         first = draw(0) if first is None else first
+        if not held:
+            self._sums[0] = _sums(first)
         self.set_bytes = tensor_bytes(first)
         self._sets: list[list[Any]] | None = [first] + [draw(k) for k in range(1, n)] if held else None
 
@@ -116,13 +127,36 @@ class TimingPool:
         if not -self._n <= k < self._n:
             raise IndexError(f"pool entry {k} of {self._n}")
         k %= self._n
-        return self._sets[k] if self._sets is not None else self._draw(k)
+        return self._sets[k] if self._sets is not None else self._drawn(k)
 
     def __iter__(self) -> Iterator[list[Any]]:
         return (self[k] for k in range(self._n))
 
+    def _drawn(self, k: int) -> list[Any]:
+        assert self._draw is not None
+        inputs = self._draw(k)
+        sums = _sums(inputs)
+        if self._sums.setdefault(k, sums) != sums:
+            raise PoolDrift(f"timing input set {k} drawn again from its seed differs from its first draw: "
+                            "the problem's get_inputs does not follow torch's seed")
+        return inputs
+
     def clear(self) -> None:
-        self._sets, self._n = [], 0
+        self._sets, self._n, self._draw = [], 0, None
+
+
+def _sums(inputs: list[Any]) -> list[Any]:
+    """What tells two draws of an input set apart: each tensor's shape, dtype and float64 sum (NaN as
+    a string: NaN != NaN); other values as they are."""
+    out: list[Any] = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            total: Any = (complex(x.detach().sum(dtype=torch.complex128)) if x.is_complex()
+                          else int(x.sum()) if x.dtype == torch.bool else float(x.detach().sum(dtype=torch.float64)))
+            out.append((tuple(x.shape), str(x.dtype), repr(total)))
+        else:
+            out.append(repr(x))
+    return out
 
 
 def load_pool(sb: Sandbox, pool: Sequence[list[Any]], flush_bytes: int, timeout_s: float) -> None:
