@@ -23,7 +23,9 @@
 # namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
 # with and without the sandbox on the GPU.
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
-# where an identity's verified time goes).
+# where an identity's verified time goes); `identity-timer` then times cand and ref2 against ref with the
+# verified timer itself, rechecks off and on; `identity-eval` runs the identities through whole runs, with
+# and without children started ahead and spares (bench/identity_eval.py).
 # `cold` is a cold run
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build
@@ -90,6 +92,12 @@ for s in "$@"; do
     pairs) rm -rf /tmp/kbv-pairs && mkdir -p /tmp/kbv-pairs && cp ${PAIRS_GLOB:-examples/2_ReLU__*} /tmp/kbv-pairs/ \
       && step pairs "${PAIRS_LIMIT:-200}" python3 bench/throughput.py --cases full --candidates /tmp/kbv-pairs \
       --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
+    identity-timer) step identity-timer "${IDENTITY_LIMIT:-240}" python3 bench/identity_children.py --device cuda \
+      --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds 10 --children ref,ref2,cand \
+      --timer both --out "$OUT/identity_timer.json" ;;
+    identity-eval) step identity-eval "${IDENTITY_EVAL_LIMIT:-300}" python3 bench/identity_eval.py --device cuda \
+      --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --runs "${IDENTITY_RUNS:-3}" \
+      --variants "${IDENTITY_VARIANTS:-default,quiet}" --out "$OUT/identity_eval.json" ;;
     identity-children) step identity-children "${IDENTITY_LIMIT:-200}" python3 bench/identity_children.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds "${IDENTITY_ROUNDS:-20}" --out "$OUT/identity_children.json" ;;
     kb-soundness) kb=${KB_LIMIT:-420}

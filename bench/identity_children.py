@@ -11,7 +11,11 @@ alike (the control: what two alike children differ by).
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
 (begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, the
-probed launch and synchronise, and `ref`'s whole window over its own. Prints a table; `--out` writes JSON.
+probed launch and synchronise, and `ref`'s whole window over its own. With `--timer`, each child is
+then timed against `ref` by the verified protocol's own timer (`measure_speed`: ABBA blocks, the
+window's costs taken out, rechecks), with nothing else of a run around it: where these come out at
+1.00 and a run's identities do not, what differs is the run around the timer. Prints a table; `--out`
+writes JSON.
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --problems smoke --only L1/2_ReLU,L1/6_Softmax
 """
@@ -24,6 +28,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +129,36 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int
     return {n: {k: statistics.median(v) for k, v in g.items() if v} for n, g in got.items()}
 
 
+def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[torch.Tensor], model: Any,
+                recheck: bool) -> list[dict[str, Any]]:
+    """The verified protocol's own timer (`measure_speed`) between these children, nothing else running:
+    each candidate-history child and `ref2` against `ref`. With `recheck`, the parent makes each
+    rechecked output's truth on the device as the protocol does (the reference, float64), between
+    blocks; without, rechecks pass unchecked."""
+    from kbv.protocols.verified.timer import TimerConfig, measure_speed
+
+    def check(index: int, outputs: list[torch.Tensor]) -> str | None:
+        if recheck:
+            with torch.no_grad():
+                truth = model.double()(*[x.double() if torch.is_tensor(x) and x.is_floating_point() else x
+                                         for x in pool[index]])
+            truth = truth if isinstance(truth, (list, tuple)) else [truth]
+            ok = all(torch.allclose(o.double(), t, atol=5e-2, rtol=5e-2) for o, t in zip(outputs, truth))
+            return None if ok else f"pool entry {index} differs"
+        return None
+
+    rows = []
+    for name in [n for n in children if n != "ref"]:
+        speed = measure_speed(children[name], {"eager-tf32": children["ref"]}, TimerConfig(), len(pool), check,
+                              like, time.monotonic() + CALL_S)
+        lo, hi = speed.speedup_ci.get("eager-tf32", (float("nan"), float("nan")))
+        rows.append({"child": name, "recheck": recheck, "speedup": speed.speedups.get("eager-tf32"),
+                     "ci": [lo, hi], "candidate_ms": speed.stats["candidate"].median_ms,
+                     "baseline_ms": speed.stats["eager-tf32"].median_ms, "window_costs_ms": speed.window_costs_ms,
+                     "too_short": list(speed.too_short), "findings": [why for _, why in speed.findings]})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda:0")
@@ -133,6 +168,9 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--pool", type=int, default=8)
     ap.add_argument("--children", default=",".join(HISTORIES), help="which of: " + ", ".join(HISTORIES))
+    ap.add_argument("--timer", choices=("off", "plain", "recheck", "both"), default="off",
+                    help="then time each child against ref with the verified timer itself (measure_speed): "
+                         "rechecks unchecked (plain), or made on the device in the parent as the protocol does")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     names = [n for n in args.children.split(",") if n]
@@ -155,12 +193,15 @@ def main() -> int:
         with torch.no_grad():
             out = model(*pool[0])
         like = [o.detach().to("meta") for o in (out if isinstance(out, (list, tuple)) else [out])]
-        del model, out
+        del out
+        timers: list[dict[str, Any]] = []
         with tempfile.TemporaryDirectory(prefix="kbv-identity-") as tmp:
             children: dict[str, Sandbox] = {}
             try:
                 make_children(children, problem, Path(tmp), device, pool, module, like, init, names)
                 figures = measure(children, args.rounds, args.block, len(pool))
+                for recheck in {"off": (), "plain": (False,), "recheck": (True,), "both": (False, True)}[args.timer]:
+                    timers += timed_pairs(children, pool, like, model, recheck)
             finally:
                 for sb in children.values():
                     sb.close()
@@ -170,6 +211,13 @@ def main() -> int:
                          "ratio": round(ref / f["whole"], 4)})
             print(f"{problem.key[:28]:28s} {name:13s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
                   f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f}", flush=True)
+        for t in timers:
+            rows.append({"problem": problem.key, "timer": True, **t})
+            print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref{' +recheck' if t['recheck'] else ''}: "
+                  f"{t['speedup'] if t['speedup'] is None else round(t['speedup'], 3)} "
+                  f"[{t['ci'][0]:.3f}, {t['ci'][1]:.3f}] cand {t['candidate_ms'] * 1e3:.1f} us, "
+                  f"ref {t['baseline_ms'] * 1e3:.1f} us {' '.join(t['findings'])[:120]}", flush=True)
+        del model
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
     return 0

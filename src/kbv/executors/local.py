@@ -109,7 +109,7 @@ class LocalExecutor(Executor):
         self._lane = lane
         self._eval = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbv-eval",
                                         initializer=enter_lane_thread, initargs=(plan, lane))
-        self._starter = ThreadPoolExecutor(max_workers=PRESTART + SPARES, thread_name_prefix="kbv-start",
+        self._starter = ThreadPoolExecutor(max_workers=max(1, PRESTART + SPARES), thread_name_prefix="kbv-start",
                                            initializer=enter_starter_thread, initargs=(plan,))
         self._lock = threading.Lock()
         # the device's gate: held shared through each pair, exclusively while a pair is timed, its
