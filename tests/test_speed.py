@@ -6,6 +6,7 @@ mercy of page faults and the allocator, which differ from process to process."""
 from __future__ import annotations
 
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from kbv.detect.speed import WallBlock, too_short_to_time, wall_bound, window_re
 from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
 from kbv.protocols.verified.timer import (
     TimerConfig,
+    PoolDrift,
     TimingPool,
     _Side,
     fill_rounds,
@@ -124,17 +126,31 @@ def test_identical_implementations_time_equal_within_their_interval(children):
 def test_a_pool_the_parent_does_not_hold_reaches_each_child_a_set_at_a_time_and_in_order(children):
     """A large problem's timing pool is drawn again from its seeds whenever the parent needs a set: each
     child takes it a set at a time, and a recheck's truth comes from the same set the child timed."""
-    drawn = []
+    drawn, alive, most = [], [], []
 
     def draw(k):
         drawn.append(k)
-        return [torch.randn(256, 1024, generator=torch.Generator().manual_seed(100 + k))]
+        x = torch.randn(256, 1024, generator=torch.Generator().manual_seed(100 + k))
+        alive.append(weakref.ref(x))
+        return [x]
+
+    class Watched:  # the child, and how many drawn sets the parent still holds at each transfer
+        def __init__(self, sb):
+            self.sb = sb
+
+        def put(self, values, timeout_s):
+            most.append(sum(r() is not None for r in alive))
+            return self.sb.put(values, timeout_s)
+
+        def call(self, cmd, timeout_s):
+            return self.sb.call(cmd, timeout_s)
 
     pool = TimingPool(3, draw, held=False)
     cand, base = children("cand", _reference()), children("base", _reference())
     for sb in (cand, base):
-        load_pool(sb, pool, 0, 60)
+        load_pool(Watched(sb), pool, 0, 60)
     assert drawn == [0, 0, 1, 2, 0, 1, 2]  # its size from the first, then one set in hand at a time
+    assert max(most) == 1  # the set being handed over, and no other
     wrong = []
 
     def check(index, outputs):
@@ -148,6 +164,22 @@ def test_a_pool_the_parent_does_not_hold_reaches_each_child_a_set_at_a_time_and_
                            time.monotonic() + 60)
     assert result.rechecked >= 1 and wrong == []
     assert len(drawn) == 7 + result.rechecked  # each recheck drew its set again
+
+
+def test_a_timing_set_that_draws_differently_the_second_time_is_the_problems_failure():
+    """A pool the parent does not hold is drawn again for each recheck: a problem whose inputs do not
+    follow the seed would have its timed outputs judged against another input's truth."""
+    calls = []
+
+    def draw(k):
+        calls.append(k)
+        return [torch.full((4,), float(len(calls)))]  # never the same twice
+
+    pool = TimingPool(2, draw, held=False)
+    with pytest.raises(PoolDrift, match="timing input set 0 drawn again from its seed differs"):
+        pool[0]
+    held = TimingPool(2, draw, held=True)
+    assert held[0] is held[0]  # a held pool is never drawn again
 
 
 def test_a_wrong_timed_output_is_caught_by_the_recheck(children):
