@@ -24,7 +24,7 @@
 # with and without the sandbox on the GPU.
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes); `identity-timer` then times cand and ref2 against ref with the
-# verified timer itself, rechecks off and on; `identity-eval` runs the identities through whole runs, with
+# verified timer itself, rechecks off, copied out only, and made on the device; `identity-eval` runs the identities through whole runs, with
 # and without children started ahead and spares (bench/identity_eval.py).
 # `cold` is a cold run
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
@@ -94,7 +94,7 @@ for s in "$@"; do
       --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
     identity-timer) step identity-timer "${IDENTITY_LIMIT:-240}" python3 bench/identity_children.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds 10 --children ref,ref2,cand \
-      --timer both --out "$OUT/identity_timer.json" ;;
+      --timer none,copy,device --out "$OUT/identity_timer.json" ;;
     identity-eval) step identity-eval "${IDENTITY_EVAL_LIMIT:-300}" python3 bench/identity_eval.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --runs "${IDENTITY_RUNS:-3}" \
       --variants "${IDENTITY_VARIANTS:-default,quiet}" --out "$OUT/identity_eval.json" ;;

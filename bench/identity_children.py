@@ -13,7 +13,8 @@ followed by the window's own costs probed in that child. Per child: the median w
 (begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, the
 probed launch and synchronise, and `ref`'s whole window over its own. With `--timer`, each child is
 then timed against `ref` by the verified protocol's own timer (`measure_speed`: ABBA blocks, the
-window's costs taken out, rechecks), with nothing else of a run around it: where these come out at
+window's costs taken out), its rechecks off, copied out only, or made on the device, with nothing else
+of a run around it: where these come out at
 1.00 and a run's identities do not, what differs is the run around the timer. Prints a table; `--out`
 writes JSON.
 
@@ -130,15 +131,16 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int
 
 
 def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[torch.Tensor], model: Any,
-                recheck: bool) -> list[dict[str, Any]]:
+                recheck: str) -> list[dict[str, Any]]:
     """The verified protocol's own timer (`measure_speed`) between these children, nothing else running:
-    each candidate-history child and `ref2` against `ref`. With `recheck`, the parent makes each
+    each candidate-history child and `ref2` against `ref`. `recheck`: "device", the parent makes each
     rechecked output's truth on the device as the protocol does (the reference, float64), between
-    blocks; without, rechecks pass unchecked."""
+    blocks; "copy", the outputs are copied out of the candidate's blocks as the protocol does but pass
+    unchecked; "none", no output is copied out (`rechecks_per_block=0`)."""
     from kbv.protocols.verified.timer import TimerConfig, measure_speed
 
     def check(index: int, outputs: list[torch.Tensor]) -> str | None:
-        if recheck:
+        if recheck == "device":
             with torch.no_grad():
                 truth = model.double()(*[x.double() if torch.is_tensor(x) and x.is_floating_point() else x
                                          for x in pool[index]])
@@ -149,7 +151,8 @@ def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[
 
     rows = []
     for name in [n for n in children if n != "ref"]:
-        speed = measure_speed(children[name], {"eager-tf32": children["ref"]}, TimerConfig(), len(pool), check,
+        config = TimerConfig(rechecks_per_block=0 if recheck == "none" else 1)
+        speed = measure_speed(children[name], {"eager-tf32": children["ref"]}, config, len(pool), check,
                               like, time.monotonic() + CALL_S)
         lo, hi = speed.speedup_ci.get("eager-tf32", (float("nan"), float("nan")))
         rows.append({"child": name, "recheck": recheck, "speedup": speed.speedups.get("eager-tf32"),
@@ -168,11 +171,15 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=10)
     ap.add_argument("--pool", type=int, default=8)
     ap.add_argument("--children", default=",".join(HISTORIES), help="which of: " + ", ".join(HISTORIES))
-    ap.add_argument("--timer", choices=("off", "plain", "recheck", "both"), default="off",
-                    help="then time each child against ref with the verified timer itself (measure_speed): "
-                         "rechecks unchecked (plain), or made on the device in the parent as the protocol does")
+    ap.add_argument("--timer", default="off",
+                    help="then time each child against ref with the verified timer itself (measure_speed), once "
+                         "per recheck mode named (comma-separated): none (no output copied out), copy (copied "
+                         "out, unchecked), device (checked on the device in the parent, as the protocol does)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    modes = [m for m in args.timer.split(",") if m and m != "off"]
+    if any(m not in ("none", "copy", "device") for m in modes):
+        ap.error("--timer: expected off, or some of none, copy, device")
     names = [n for n in args.children.split(",") if n]
     if "ref" not in names or any(n not in HISTORIES for n in names):
         ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}")
@@ -200,7 +207,7 @@ def main() -> int:
             try:
                 make_children(children, problem, Path(tmp), device, pool, module, like, init, names)
                 figures = measure(children, args.rounds, args.block, len(pool))
-                for recheck in {"off": (), "plain": (False,), "recheck": (True,), "both": (False, True)}[args.timer]:
+                for recheck in modes:
                     timers += timed_pairs(children, pool, like, model, recheck)
             finally:
                 for sb in children.values():
@@ -213,7 +220,7 @@ def main() -> int:
                   f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f}", flush=True)
         for t in timers:
             rows.append({"problem": problem.key, "timer": True, **t})
-            print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref{' +recheck' if t['recheck'] else ''}: "
+            print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref, rechecks {t['recheck']:6s}: "
                   f"{t['speedup'] if t['speedup'] is None else round(t['speedup'], 3)} "
                   f"[{t['ci'][0]:.3f}, {t['ci'][1]:.3f}] cand {t['candidate_ms'] * 1e3:.1f} us, "
                   f"ref {t['baseline_ms'] * 1e3:.1f} us {' '.join(t['findings'])[:120]}", flush=True)

@@ -182,6 +182,16 @@ def test_a_timing_set_that_draws_differently_the_second_time_is_the_problems_fai
     assert held[0] is held[0]  # a held pool is never drawn again
 
 
+def test_a_bench_can_time_without_copying_any_output_out(children):
+    """bench/identity_children.py tells the rechecks' own cost apart: with none asked for, no timed
+    output is copied out, and so none is judged (the protocol always asks for them)."""
+    cand, base = children("cand", _reference()), children("base", _reference())
+    config = TimerConfig(stop=StopRule(target=0.05, max_time_s=1.0), warmup_ms=20, rechecks_per_block=0)
+    result = _timed(cand, base, config, lambda i, o: "never asked")
+    assert result.rechecked == 0 and not result.findings
+    assert TimerConfig().rechecks_per_block == 1
+
+
 def test_a_wrong_timed_output_is_caught_by_the_recheck(children):
     cand, base = children("cand", _reference()), children("base", _reference())
     config = TimerConfig(stop=StopRule(target=0.02, max_time_s=2.0), warmup_ms=20)

@@ -44,7 +44,7 @@ class TimerConfig:
     stop: StopRule = field(default_factory=StopRule)
     block: int = 10  # calls per block
     warmup_ms: float = 200.0  # after the first (compiling) call
-    rechecks_per_block: int = 1  # candidate outputs checked per block
+    rechecks_per_block: int = 1  # candidate outputs checked per (every other) block; 0: none (benches only)
     flush_factor: float = 2.0  # L2 flush = factor x L2 size
     pool_factor: float = 2.0  # pool bytes >= factor x L2 size
     max_pool_sets: int = 16
@@ -207,7 +207,8 @@ def measure_speed(candidate: Sandbox, baselines: dict[str, Sandbox], config: Tim
             side = sides[i]
             # every other candidate block copies one output out for a recheck; the copy (a device-to-
             # host transfer into fresh shared memory) is slow, so those blocks do not feed the wall clock
-            recheck = rng.randrange(config.block) if side.name == "candidate" and rnd % 2 == 1 else None
+            recheck = (rng.randrange(config.block) if config.rechecks_per_block and side.name == "candidate"
+                       and rnd % 2 == 1 else None)
             outs = _time_one_block(run, side, rnd, recheck)
             if outs is not None:
                 rechecked += 1
