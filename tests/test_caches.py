@@ -40,3 +40,57 @@ def test_a_second_call_answered_without_computing_is_a_replay():
     assert found is not None and found[0] is Category.RESULT_CACHE
     # a child that reports no fresh call is judged on the first two calls alone
     assert replayed_timing([(0.175, 0.004), (0.180, 0.004), (0.170, 0.005)]) is not None
+
+
+class _ReplayChild:
+    """A child that answers the replay probe with `pairs` (what a candidate's code could forge)."""
+
+    def __init__(self, pairs):
+        self.pairs, self.killed, self.calls = pairs, False, []
+
+    def put(self, values, timeout_s):
+        return list(values)
+
+    def call(self, cmd, timeout_s):
+        self.calls.append(cmd)
+        return {"pairs": self.pairs}
+
+    def kill(self):
+        self.killed = True
+
+    def evidence(self):
+        return {}
+
+
+def _replay(child):
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from kbv.protocols.verified.runner import VerifiedRunner
+
+    runner = SimpleNamespace(settings=SimpleNamespace(device="cpu"))
+    prepared = SimpleNamespace(draw=lambda k, purpose, device: [torch.full((4,), float(k))])
+    return VerifiedRunner._replay_probe(runner, child, prepared, time.monotonic() + 60, None)
+
+
+def test_the_replay_probe_hands_its_sets_a_probe_at_a_time_and_reads_a_cache():
+    honest, cache = _ReplayChild([[1.0, 1.0, 1.0]]), _ReplayChild([[1.0, 0.01, 1.0]])
+    assert _replay(honest) is None
+    assert len(honest.calls) == 3 and all(len(c["sets"]) == len(c["fresh"]) == 1 for c in honest.calls)
+    assert _replay(cache)[0] is Category.RESULT_CACHE
+
+
+def test_a_forged_replay_reply_is_the_candidates_crash_never_the_runs():
+    import pytest
+
+    from kbv.sandbox import ChildFailure
+    from kbv.verdict import Status
+
+    for forged in (None, False, 0, [5], [["a", 1.0, 1.0]], [[float("nan"), 1.0, 1.0]], [[1.0] * 9]):
+        child = _ReplayChild(forged)
+        with pytest.raises(ChildFailure) as failure:
+            _replay(child)
+        assert failure.value.status is Status.CRASHED and child.killed
+        assert "malformed replay reply" in failure.value.message

@@ -175,15 +175,21 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
     reference_call = fp.weight_bytes + max(fp.truth_call_bytes, inputs + fp.weight_bytes + fp.truth_bytes + forward)
     comparing = fp.truth_bytes + 2 * fp.output_bytes + JUDGE_BYTES
     kept_forward = forward if on_cuda else 0  # a CUDA allocator keeps a child's forward peak; a CPU's frees it
-    timed = baselines * (pool + fp.weight_bytes + kept_forward) + fp.weight_bytes + inputs  # the children
+    lingering = 0 if on_cuda else 3 * inputs  # a CPU's shared copies of attribution's sets, until the next transfer
+    # the children: each baseline's pool, model and forward; the candidate's model and the two input
+    # sets it keeps (the last call's and the one before, for its integrity checks)
+    timed = baselines * (pool + fp.weight_bytes + kept_forward) + fp.weight_bytes + 2 * inputs
+    trial = inputs + fp.truth_bytes  # the trial being judged, in the parent (its weights: the reference call's)
     phases = {
         "preparing": reference_call,
-        "judging": timed + fp.output_bytes + max(reference_call + kept_forward,
-                                                 inputs + fp.weight_bytes + comparing + forward),
+        # a correctness call (its inputs in transfer beside the child's clone), or a reuse probe's
+        # reference call beside the trial it rewrites
+        "judging": timed + inputs + fp.output_bytes + trial + max(reference_call + kept_forward,
+                                                                 2 * fp.output_bytes + JUDGE_BYTES + forward),
         "handing": timed + kept_forward + (2 * pool if pool_held else pool + 2 * inputs),
         "attribution": timed + pool + forward + 6 * inputs,
-        "ghost": timed + pool + kept_forward + fp.output_bytes + reference_call,
-        "timing": timed + pool + max(reference_call + kept_forward, comparing + forward),
+        "ghost": timed + pool + kept_forward + lingering + fp.output_bytes + reference_call,
+        "timing": timed + pool + lingering + fp.output_bytes + max(reference_call + kept_forward, comparing + forward),
         "replay": timed + pool + forward + 4 * inputs,
     }
     rechecked = (pool_sets if hold is Hold.ALL else 1) * fp.truth_bytes

@@ -349,6 +349,8 @@ def _reuse_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProt
         probe_trial = TrialData(f"{trial.distribution}/reuse", probe, trial.weight_seed,
                                 lambda inputs=inputs, ev=ev: (inputs, {}, ev))
         rec, category = judge_trial(probe_trial, run, protocol)
+        # this probe's inputs, truth and outputs go before the next one's reference call (`kbv.memory_plan`)
+        del inputs, ev, run, probe_trial
         if category is not None:
             result.categories.append(Category.RESULT_CACHE)
             result.notes.append(f"new values written into the same input memory gave a stale result ({rec.note})")

@@ -17,6 +17,7 @@ A stage runs only while the candidate is still in the running; a child that fail
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -54,7 +55,15 @@ from kbv.protocols.verified.rules import (
     REPLAY_PROBES,
     VerifiedProtocol,
 )
-from kbv.protocols.verified.timer import SpeedResult, TimerConfig, TimingPool, load_pool, measure_speed
+from kbv.protocols.verified.timer import (
+    PoolDrift,
+    SpeedResult,
+    TimerConfig,
+    TimingPool,
+    input_sums,
+    load_pool,
+    measure_speed,
+)
 from kbv.protocols.verified.findings import Findings, FindingsCache, findings_key
 from kbv.provenance import device_fingerprint, device_state
 from kbv.sandbox import ChildFailure, Sandbox
@@ -277,6 +286,7 @@ class VerifiedRunner:
         groups = [prepared.draw(ATTRIBUTION_SET + k, "replay", device) for k in range(3)]  # warm, profiled, ghost
         refs = iter(sb.put([x for g in groups for x in g], time_left(deadline)))
         take = [[next(refs) for _ in group] for group in groups]
+        ghost_sums = input_sums(groups[2])
         del groups  # the child has them: the ghost's set is drawn again for its truth (`kbv.memory_plan`)
         fields, receipt = sb.expect(prepared.output_like)
         parent = {"inputs": time.perf_counter() - t}
@@ -289,7 +299,12 @@ class VerifiedRunner:
             outs = sb.take({**reply, "copied": reply.get("ghost_copied")}, receipt, time_left(deadline))
             right = False
             if outs is not None:
-                ev = prepared.evaluate(prepared.draw(ATTRIBUTION_SET + 2, "replay", device))
+                ghosted = prepared.draw(ATTRIBUTION_SET + 2, "replay", device)
+                if input_sums(ghosted) != ghost_sums:
+                    raise PoolDrift("the ghost replay's input set drawn again from its seed differs from its first "
+                                    "draw: the problem's get_inputs does not follow torch's seed")
+                ev = prepared.evaluate(ghosted)
+                del ghosted
                 right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed
             reply["ghost"] = "unchanged" if right else "changed"
             parent["ghost_truth"] = time.perf_counter() - t
@@ -325,7 +340,13 @@ class VerifiedRunner:
             del probed, fresh
             reply = sb.call({"op": "replay", "sets": handed[:1], "fresh": handed[1:], "costs": costs},
                             time_left(deadline))
-            pairs += list(reply["pairs"])[:1]
+            got = reply.get("pairs")
+            if not (isinstance(got, list) and got and isinstance(got[0], list) and len(got[0]) <= 3
+                    and all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+                            for t in got[0])):
+                sb.kill()
+                raise ChildFailure(Status.CRASHED, f"malformed replay reply: {str(got)[:120]}", sb.evidence())
+            pairs.append([float(t) for t in got[0]])
         return replayed_timing(pairs)
 
 

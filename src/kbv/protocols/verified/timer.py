@@ -116,7 +116,7 @@ class TimingPool:
         self._sums: dict[int, list[Any]] = {}  # a set's sums as first drawn (a pool not held)
         first = draw(0) if first is None else first
         if not held:
-            self._sums[0] = _sums(first)
+            self._sums[0] = input_sums(first)
         self.set_bytes = tensor_bytes(first)
         self._sets: list[list[Any]] | None = [first] + [draw(k) for k in range(1, n)] if held else None
 
@@ -135,7 +135,7 @@ class TimingPool:
     def _drawn(self, k: int) -> list[Any]:
         assert self._draw is not None
         inputs = self._draw(k)
-        sums = _sums(inputs)
+        sums = input_sums(inputs)
         if self._sums.setdefault(k, sums) != sums:
             raise PoolDrift(f"timing input set {k} drawn again from its seed differs from its first draw: "
                             "the problem's get_inputs does not follow torch's seed")
@@ -145,7 +145,7 @@ class TimingPool:
         self._sets, self._n, self._draw = [], 0, None
 
 
-def _sums(inputs: list[Any]) -> list[Any]:
+def input_sums(inputs: list[Any]) -> list[Any]:
     """What tells two draws of an input set apart: each tensor's shape, dtype and float64 sum (NaN as
     a string: NaN != NaN); other values as they are."""
     out: list[Any] = []
