@@ -56,10 +56,10 @@ from kbv.protocols.verified.rules import (
     VerifiedProtocol,
 )
 from kbv.protocols.verified.timer import (
-    PoolDrift,
     SpeedResult,
     TimerConfig,
     TimingPool,
+    check_redrawn,
     input_sums,
     load_pool,
     measure_speed,
@@ -300,9 +300,7 @@ class VerifiedRunner:
             right = False
             if outs is not None:
                 ghosted = prepared.draw(ATTRIBUTION_SET + 2, "replay", device)
-                if input_sums(ghosted) != ghost_sums:
-                    raise PoolDrift("the ghost replay's input set drawn again from its seed differs from its first "
-                                    "draw: the problem's get_inputs does not follow torch's seed")
+                check_redrawn(ghosted, ghost_sums, "the ghost replay's input set")
                 ev = prepared.evaluate(ghosted)
                 del ghosted
                 right = judge_outputs(outs, ev.truth, ev.baseline_err, self.protocol.tolerance).passed

@@ -135,10 +135,10 @@ class TimingPool:
     def _drawn(self, k: int) -> list[Any]:
         assert self._draw is not None
         inputs = self._draw(k)
-        sums = input_sums(inputs)
-        if self._sums.setdefault(k, sums) != sums:
-            raise PoolDrift(f"timing input set {k} drawn again from its seed differs from its first draw: "
-                            "the problem's get_inputs does not follow torch's seed")
+        if k in self._sums:
+            check_redrawn(inputs, self._sums[k], f"timing input set {k}")
+        else:
+            self._sums[k] = input_sums(inputs)
         return inputs
 
     def clear(self) -> None:
@@ -157,6 +157,14 @@ def input_sums(inputs: list[Any]) -> list[Any]:
         else:
             out.append(repr(x))
     return out
+
+
+def check_redrawn(inputs: list[Any], first: list[Any], what: str) -> None:
+    """Raise PoolDrift where `inputs`, drawn again from their seed, are not what `first` (their
+    `input_sums` when first drawn) says they were."""
+    if input_sums(inputs) != first:
+        raise PoolDrift(f"{what} drawn again from its seed differs from its first draw: the problem's "
+                        "get_inputs does not follow torch's seed")
 
 
 def load_pool(sb: Sandbox, pool: Sequence[list[Any]], flush_bytes: int, timeout_s: float) -> None:
