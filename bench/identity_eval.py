@@ -8,7 +8,9 @@ variant, each run in a fresh run directory (nothing resumed), timed through the 
 
 - `default`: as a run has it: children started ahead (`PRESTART`) and spare reference children
   (`SPARES`) coming up while earlier pairs are evaluated;
-- `quiet`: neither: each child is started when its pair's turn comes, nothing else of ours runs.
+- `quiet`: neither: each child is started when its pair's turn comes, nothing else of ours runs;
+- `lane`: as `default`, but the children a lane times spread over all of its CPUs
+  (`kbv.placement.CHILD_CPUS` = 0), where by default the candidate and its baselines share one.
 
 Per variant and problem: every run's speedup against the live TF32 baseline (1.00 is the truth), its
 interval, and the candidate's and the baseline's medians and spreads. Prints a table; `--out` writes JSON.
@@ -27,10 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import kbv.executors.local as local
+import kbv.placement as placement
 from kbv.api import EvalConfig, evaluate
 from kbv.problems import find_problem, load_problems
 
-VARIANTS = {"default": (local.PRESTART, local.SPARES), "quiet": (0, 0)}
+# variant -> (children started ahead, spare reference children, CPUs the lane's children share)
+VARIANTS = {"default": (local.PRESTART, local.SPARES, placement.CHILD_CPUS), "quiet": (0, 0, placement.CHILD_CPUS),
+            "lane": (local.PRESTART, local.SPARES, 0)}
 
 
 def write_identities(problems: Any, keys: list[str], into: Path) -> None:
@@ -83,7 +88,7 @@ def main() -> int:
         write_identities(load_problems(args.problems), keys, cands)
         for run in range(args.runs):
             for variant in variants:  # alternated, run by run: drift in the machine touches both alike
-                local.PRESTART, local.SPARES = VARIANTS[variant]
+                local.PRESTART, local.SPARES, placement.CHILD_CPUS = VARIANTS[variant]
                 got = one_run(cands, args.problems, args.device, root / f"{variant}-{run}", root / "cache",
                               11 + run, args.timer_budget)
                 for r in got:

@@ -4,6 +4,7 @@ lane's cores, and builds held while a pair is timed (and their clock with them).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -43,6 +44,15 @@ def test_a_lane_takes_whole_cores_so_no_build_shares_one_with_a_timed_child() ->
     plan = plan_cores(Isolation.AUTO, 1, "cuda", range(16), siblings)
     assert plan.lanes == (frozenset({7, 15}),)
     assert not any(siblings[cpu] & plan.lanes[0] for cpu in plan.builds)
+
+
+def test_a_lanes_children_share_one_cpu_and_its_own_thread_keeps_the_other() -> None:
+    """The candidate and its baselines time on the same CPU: two children on two CPUs stay apart
+    (the scheduler wakes each where it last ran), and one CPU can be quicker than the other."""
+    plan = plan_cores(Isolation.AUTO, 1, "cuda", range(16))
+    assert plan.child_cpus(0) == {14} and plan.driver_cpus(0) == {15}
+    one = plan_cores(Isolation.AUTO, 8, "cuda", range(16))  # a lane of one CPU shares it
+    assert one.child_cpus(3) == one.driver_cpus(3) == one.lane_cpus(3)
 
 
 def test_lanes_get_cores_of_their_own_and_fewer_where_the_machine_is_small() -> None:
@@ -104,6 +114,36 @@ def test_a_started_child_moves_whole_onto_its_lane(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def _python_threads(pid: int) -> list[frozenset[int]]:
+    """The CPUs of every thread of the Python processes at and below `pid` (a sandbox's bwrap not)."""
+    from kbv.placement import _tree_threads
+
+    out = []
+    for tid in _tree_threads(pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{tid}/comm").read_text().strip().startswith("python"):
+                out.append(frozenset(os.sched_getaffinity(tid)))
+    return out
+
+
+@linux
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_child_runs_on_its_lanes_cpu_once_started_in_the_sandbox_too(tmp_path: Path) -> None:
+    """In bwrap the child is bwrap's child: moving the process the parent started moves bwrap alone.
+    The child moves itself as its device comes up (`hello`), and `move_process` moves the tree."""
+    cpus = sorted(os.sched_getaffinity(0))
+    mine, other = frozenset(cpus[-1:]), frozenset(cpus[:1])
+    spec = ChildSpec(work_dir=tmp_path / "work", build_dir=tmp_path / "build", device="cpu", cpus=tuple(mine))
+    with Sandbox(spec) as sb:
+        assert sb.proc is not None
+        assert sb.ready(120.0)["cpus"] == sorted(mine)
+        assert _python_threads(sb.proc.pid) and set(_python_threads(sb.proc.pid)) == {mine}
+        move_process(sb.proc.pid, other)
+        assert set(thread_cpus(sb.proc.pid)) == {other} and set(_python_threads(sb.proc.pid)) == {other}
+    if os.environ.get("KBV_REQUIRE_SANDBOX"):
+        assert sb.isolation.full, sb.isolation.describe()
 
 
 # -- holds ------------------------------------------------------------------------------------------
@@ -272,5 +312,5 @@ def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path
     timed = [s for s in seen if "/build-" not in s["cwd"]]
     assert builds and timed
     assert all(s["nice"] == BUILD_NICE and frozenset(s["cpus"]) == plan.builds for s in builds)
-    lane = plan.lane_cpus(0)
-    assert all(s["nice"] == 0 and frozenset(s["cpus"]) == lane and s["omp"] == str(len(lane)) for s in timed)
+    child = plan.child_cpus(0)
+    assert all(s["nice"] == 0 and frozenset(s["cpus"]) == child and s["omp"] == str(len(child)) for s in timed)

@@ -31,7 +31,7 @@ from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.memory_plan import host_available_bytes
 from kbv.metrics import Metrics, metrics_by_group, pass_at_k_by_model
 from kbv.gate import DeviceGate, synchronizer
-from kbv.placement import Bystanders, CorePlan, Quiet, current_plan, off_lanes, parse_isolation
+from kbv.placement import Bystanders, CorePlan, Quiet, current_plan, lane_settings, off_lanes, parse_isolation
 from kbv.problems import Problem, key_order, load_problems, out_of_memory
 from kbv.provenance import collect_provenance, device_fingerprint
 from kbv.sandbox.isolation import SandboxMode, check_strict
@@ -465,9 +465,9 @@ def _plan(config: EvalConfig, settings: Settings, lanes: int) -> CorePlan:
 
 
 def _lane_settings(settings: Settings, plan: CorePlan, lane: int) -> Settings:
-    """A lane's settings: the children it times use as many OpenMP threads as it has CPUs (they
-    import torch on the build cores, where OpenMP would count those)."""
-    return replace(settings, child_threads=len(plan.lane_cpus(lane))) if plan.pinned else settings
+    """A lane's settings: the children it times run on its children's CPUs, with as many OpenMP
+    threads (they import torch on the build cores, where OpenMP would count those)."""
+    return lane_settings(settings, plan, lane)
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,21 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kbv.errors import UsageError
 from kbv.gate import DeviceGate
 
+if TYPE_CHECKING:
+    from kbv.settings import Settings
+
 LANE_CPUS = 2  # a lane's own: the timed child's thread and the parent's thread that drives it
+# how many of a lane's CPUs the children it times share (0: all of the lane's). One: the candidate and
+# its baselines run on the same CPU, so that no side times on a quicker or quieter one than the other
+# (the scheduler keeps a woken process on the CPU it last ran on: two children on two CPUs stay apart)
+CHILD_CPUS = 1
 BUILD_NICE = 19
 
 
@@ -80,6 +88,16 @@ class CorePlan:
 
     def lane_cpus(self, lane: int) -> frozenset[int]:
         return self.lanes[lane % len(self.lanes)] if self.lanes else frozenset()
+
+    def child_cpus(self, lane: int) -> frozenset[int]:
+        """Where every child of lane `lane` runs once started: the same CPU for the candidate and its
+        baselines (`CHILD_CPUS`), the lane's lowest."""
+        cpus = sorted(self.lane_cpus(lane))
+        return frozenset(cpus[:CHILD_CPUS] if CHILD_CPUS else cpus)
+
+    def driver_cpus(self, lane: int) -> frozenset[int]:
+        """Where the lane's own thread runs: its CPUs but the children's, where it has others."""
+        return (self.lane_cpus(lane) - self.child_cpus(lane)) or self.lane_cpus(lane)
 
     def describe(self) -> str:
         if self.pinned:
@@ -199,10 +217,10 @@ def enter_starter_thread(plan: CorePlan) -> None:
 
 
 def enter_lane_thread(plan: CorePlan, lane: int) -> None:
-    """A lane's evaluation thread: the lane's cores (the reference and baseline children it starts
-    are born there)."""
+    """A lane's evaluation thread: the lane's cores but its children's (the reference and baseline
+    children it starts are born there, and move to the children's CPU as their device comes up)."""
     if plan.pinned:
-        _pin_thread(plan.lane_cpus(lane))
+        _pin_thread(plan.driver_cpus(lane))
 
 
 @contextlib.contextmanager
@@ -218,6 +236,16 @@ def off_lanes(plan: CorePlan | None) -> Iterator[None]:
         yield
     finally:
         _pin_thread(before)
+
+
+def lane_settings(settings: Settings, plan: CorePlan, lane: int) -> Settings:
+    """`settings` for the children lane `lane` times: on its children's CPUs (moved there as their
+    device comes up), with as many OpenMP threads (they import torch on the build cores, where
+    OpenMP would count those). Unchanged where nothing is pinned."""
+    if not plan.pinned:
+        return settings
+    cpus = tuple(sorted(plan.child_cpus(lane)))
+    return replace(settings, child_threads=len(cpus), child_cpus=cpus)
 
 
 def lower_priority() -> None:
@@ -236,20 +264,48 @@ def _pin_thread(cpus: frozenset[int]) -> None:
 
 
 def move_process(pid: int, cpus: frozenset[int]) -> None:
-    """Every thread of process `pid` onto `cpus` (its later threads and children follow)."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        tids = [pid]
-    for tid in tids:
+    """Every thread of process `pid` and of its descendants onto `cpus` (their later threads and
+    children follow). A sandboxed child is bwrap's child: moving bwrap alone leaves it where it was."""
+    for tid in _tree_threads(pid):
         with contextlib.suppress(OSError):
             os.sched_setaffinity(tid, cpus)
 
 
+def pin_self(cpus: Sequence[int]) -> list[int]:
+    """Every thread of this process onto `cpus` (a child, as its device comes up: it needs no
+    privilege over its own threads, where the parent may have none over a sandbox's user); the CPUs
+    it runs on after."""
+    for tid in _tree_threads(os.getpid(), children=False):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, set(cpus))
+    return sorted(os.sched_getaffinity(0))
+
+
+def _tree_threads(pid: int, children: bool = True) -> list[int]:
+    """The threads of `pid` and (with `children`) of every process below it."""
+    out, todo, seen = [], [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{p}/task")]
+        except OSError:
+            tids = [p]
+        out += tids
+        if children:
+            for tid in tids:
+                with contextlib.suppress(OSError, ValueError):
+                    todo += [int(c) for c in Path(f"/proc/{p}/task/{tid}/children").read_text().split()]
+    return out
+
+
 def thread_cpus(pid: int) -> list[frozenset[int]]:
-    """The CPUs each thread of `pid` may run on (what `move_process` set; for tests and benches)."""
+    """The CPUs each thread of `pid` and of its descendants may run on (what `move_process` set; for
+    tests and benches)."""
     out = []
-    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+    for tid in sorted(_tree_threads(pid)):
         with contextlib.suppress(OSError):
             out.append(frozenset(os.sched_getaffinity(tid)))
     return out

@@ -36,6 +36,7 @@ class Settings:
     pch: bool = True  # builds share precompiled torch headers (`kbv.pch`)
     build_isolation: str = "auto"  # how builds keep out of timings (`kbv.placement`)
     child_threads: int = 0  # OMP_NUM_THREADS of the children a lane times (0: their default)
+    child_cpus: tuple[int, ...] = ()  # where the children a lane times run once started (`kbv.placement`)
     warm_clocks: bool = True  # a GPU's clocks are warmed before every timed window (`kbv.clocks`)
     prepare_timeout_s: float = 0.0  # wall clock for preparing one problem under one protocol (0: timeout_s)
 
@@ -110,7 +111,7 @@ class Settings:
                             cuda_arch_list=self.cuda_arch_list,
                             parent_device=self.device if self.device_type == "cuda" else None,
                             isolation=self.isolation, hidden=self.private_dirs,
-                            extra_env=tuple(sorted(env.items())))
+                            extra_env=tuple(sorted(env.items())), cpus=self.child_cpus)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 

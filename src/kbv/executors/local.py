@@ -169,7 +169,7 @@ class LocalExecutor(Executor):
             with self._quiet.gate.shared():  # a CUDA context coming up must not land in another pair's timing
                 if self._plan.pinned:
                     assert warm.sandbox.proc is not None
-                    move_process(warm.sandbox.proc.pid, self._plan.lane_cpus(self._lane))
+                    move_process(warm.sandbox.proc.pid, self._plan.child_cpus(self._lane))
                 warm.sandbox.ready(self.settings.timeout_s)
         except ChildFailure as failure:
             warm.failure = failure

@@ -472,7 +472,7 @@ def _evaluate_on_worker(job: Job, recipe: Any, settings: Settings, secret: bytes
 
     from kbv.builds import BuildPool
     from kbv.executors.local import LocalExecutor
-    from kbv.placement import current_plan
+    from kbv.placement import current_plan, lane_settings
     from kbv.provenance import collect_provenance
 
     device = "cuda:0" if settings.device_type == "cuda" else "cpu"
@@ -482,8 +482,7 @@ def _evaluate_on_worker(job: Job, recipe: Any, settings: Settings, secret: bytes
                                                         "host": platform.node(), "ray_node": node})
         plan = current_plan(here.build_isolation, _node_lanes(), here.device_type)
         lane_index = _task_lane()
-        if plan.pinned:
-            here = replace(here, child_threads=len(plan.lane_cpus(lane_index)))
+        here = lane_settings(here, plan, lane_index)
         builds = BuildPool(here, plan)
         lane = LocalExecutor(here, recipe.make(here, secret), builds, lane=lane_index)
         try:

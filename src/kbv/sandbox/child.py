@@ -110,7 +110,11 @@ class Child:
     # -- commands -----------------------------------------------------------------------------
     def op_hello(self, cmd: dict[str, Any]) -> dict[str, Any]:
         torch = self.torch
-        info = {"pid": os.getpid(), "torch": torch.__version__, "device": str(self.device), "vmm": False}
+        info: dict[str, Any] = {"pid": os.getpid(), "torch": torch.__version__, "device": str(self.device), "vmm": False}
+        if cmd.get("cpus"):  # the lane's CPU for its children, before the device brings up its threads
+            from kbv.placement import pin_self
+
+            info["cpus"] = pin_self([int(c) for c in cmd["cpus"]])
         if self.device.type == "cuda":
             info["device_name"] = torch.cuda.get_device_name(self.device)
             info["vmm"] = self._vmm_supported()

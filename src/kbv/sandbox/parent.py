@@ -70,6 +70,7 @@ class ChildSpec:
     isolation: Isolation | None = None  # None: the strongest this process can have (`--sandbox auto`)
     hidden: tuple[Path, ...] = ()  # never in the child's view: the run directory, the build cache
     extra_env: tuple[tuple[str, str], ...] = ()  # set by kbv for builds (`Settings.compile_env`, MAX_JOBS)
+    cpus: tuple[int, ...] = ()  # where the child runs once its device comes up (a lane's: `kbv.placement`)
 
     def build_outputs(self) -> tuple[Path, Path]:
         """The directories of the build the child writes: compiled extensions and Triton's cache."""
@@ -258,7 +259,10 @@ class Sandbox:
     def ready(self, timeout_s: float) -> dict[str, Any]:
         """Bring up the child's device and guards (`hello`) and pick the tensor channel. Idempotent."""
         if self.channel is None:
-            self.info = self.call({"op": "hello"}, timeout_s)
+            hello: dict[str, Any] = {"op": "hello"}
+            if self.spec.cpus:  # the child moves itself, all its threads, before its device comes up
+                hello["cpus"] = list(self.spec.cpus)
+            self.info = self.call(hello, timeout_s)
             import torch
 
             device = torch.device(self.spec.parent_device or "cuda:0") if self.spec.device != "cpu" else None
