@@ -96,12 +96,12 @@ for s in "$@"; do
       --device cuda --timer-budget 4 --out "$OUT/pairs.json" ;;
     identity-timer) step identity-timer "${IDENTITY_LIMIT:-240}" python3 bench/identity_children.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds 10 --children ref,ref2,cand \
-      --timer none,copy,device --out "$OUT/identity_timer.json" ;;
+      --timer none,copy,device --cpus "${IDENTITY_CPUS:-lane}" --out "$OUT/identity_timer.json" ;;
     identity-eval) step identity-eval "${IDENTITY_EVAL_LIMIT:-300}" python3 bench/identity_eval.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --runs "${IDENTITY_RUNS:-3}" \
-      --variants "${IDENTITY_VARIANTS:-default,quiet}" --out "$OUT/identity_eval.json" ;;
+      --variants "${IDENTITY_VARIANTS:-default,lane}" --out "$OUT/identity_eval.json" ;;
     identity-children) step identity-children "${IDENTITY_LIMIT:-200}" python3 bench/identity_children.py --device cuda \
-      --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds "${IDENTITY_ROUNDS:-20}" --out "$OUT/identity_children.json" ;;
+      --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds "${IDENTITY_ROUNDS:-20}" --cpus "${IDENTITY_CPUS:-lane}" --out "$OUT/identity_children.json" ;;
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
       step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \

@@ -15,8 +15,10 @@ probed launch and synchronise, and `ref`'s whole window over its own. With `--ti
 then timed against `ref` by the verified protocol's own timer (`measure_speed`: ABBA blocks, the
 window's costs taken out), its rechecks off, copied out only, or made on the device, with nothing else
 of a run around it: where these come out at
-1.00 and a run's identities do not, what differs is the run around the timer. Prints a table; `--out`
-writes JSON.
+1.00 and a run's identities do not, what differs is the run around the timer. `--cpus lane` (the
+default) places the children and this process as a run's lane does (`kbv.placement`: the children on
+one CPU of the lane, the driving thread on the other); `--cpus none` leaves them where they start.
+Prints a table; `--out` writes JSON.
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --problems smoke --only L1/2_ReLU,L1/6_Softmax
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 import torch
 
+from kbv.placement import current_plan, enter_lane_thread
 from kbv.problems import find_problem, instantiate_problem, load_problems
 from kbv.protocols.verified.timer import load_pool
 from kbv.sandbox import ChildSpec, Sandbox
@@ -42,10 +45,10 @@ from kbv.sandbox import ChildSpec, Sandbox
 CALL_S = 300.0
 
 
-def _spec(root: Path, name: str, device: str) -> ChildSpec:
+def _spec(root: Path, name: str, device: str, cpus: tuple[int, ...] = ()) -> ChildSpec:
     (root / name).mkdir(parents=True, exist_ok=True)
     return ChildSpec(work_dir=root / name / "work", build_dir=root / name / "build", device=device,
-                     parent_device=device if device.startswith("cuda") else None)
+                     parent_device=device if device.startswith("cuda") else None, cpus=cpus)
 
 
 def _inputs(module: Any, seed: int, device: torch.device) -> list[Any]:
@@ -82,13 +85,14 @@ HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
 
 
 def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device: str, pool: list[list[Any]],
-                  module: Any, like: list[torch.Tensor], init: list[Any], names: list[str]) -> None:
+                  module: Any, like: list[torch.Tensor], init: list[Any], names: list[str],
+                  cpus: tuple[int, ...] = ()) -> None:
     """Start `names`' children into `children` (the caller closes them, whatever happens)."""
     identity = re.sub(r"\bModel\b", "ModelNew", problem.code)
     dev = torch.device(device)
     for name in names:
         source, steps = HISTORIES[name]
-        sb = Sandbox(_spec(root, name, device), label=name)
+        sb = Sandbox(_spec(root, name, device, cpus), label=name)
         children[name] = sb
         sb.start()
         sb.ready(CALL_S)
@@ -175,6 +179,9 @@ def main() -> int:
                     help="then time each child against ref with the verified timer itself (measure_speed), once "
                          "per recheck mode named (comma-separated): none (no output copied out), copy (copied "
                          "out, unchecked), device (checked on the device in the parent, as the protocol does)")
+    ap.add_argument("--cpus", default="lane", choices=("lane", "none"),
+                    help="lane: the children on one CPU of a lane and this process on the other, as a run "
+                         "places them; none: where they start")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     modes = [m for m in args.timer.split(",") if m and m != "off"]
@@ -184,6 +191,13 @@ def main() -> int:
     if "ref" not in names or any(n not in HISTORIES for n in names):
         ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}")
     device = args.device if args.device != "cuda" else "cuda:0"
+    cpus: tuple[int, ...] = ()
+    if args.cpus == "lane":
+        plan = current_plan("pin", 1, "cuda")
+        if plan.pinned:
+            enter_lane_thread(plan, 0)
+            cpus = tuple(sorted(plan.child_cpus(0)))
+    print(f"children on CPUs {list(cpus) or 'as started'}")
     problems = load_problems(args.problems)
     rows: list[dict[str, Any]] = []
     head = f"{'problem':28s} {'child':13s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s}"
@@ -205,7 +219,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="kbv-identity-") as tmp:
             children: dict[str, Sandbox] = {}
             try:
-                make_children(children, problem, Path(tmp), device, pool, module, like, init, names)
+                make_children(children, problem, Path(tmp), device, pool, module, like, init, names, cpus)
                 figures = measure(children, args.rounds, args.block, len(pool))
                 for recheck in modes:
                     timers += timed_pairs(children, pool, like, model, recheck)
