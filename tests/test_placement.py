@@ -271,14 +271,18 @@ def test_time_held_does_not_count_against_a_childs_timeout(tmp_path: Path) -> No
 
 # -- end to end -----------------------------------------------------------------------------------
 
+WHERE = '''\
+import json, os
+with open(PATH, "a") as f:
+    f.write(json.dumps({"who": WHO, "cwd": os.getcwd(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                        "cpus": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
+'''
+
 RECORDS = '''\
 # cpp_sources = (none: "built" by importing it; it records where each child that imports it runs)
-import json, os
 import torch
 import torch.nn as nn
-with open(PATH, "a") as f:
-    f.write(json.dumps({"cwd": os.getcwd(), "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                        "cpus": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
+''' + WHERE.replace("WHO", repr("candidate")) + '''
 
 
 class ModelNew(nn.Module):
@@ -290,15 +294,20 @@ class ModelNew(nn.Module):
 @linux
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path) -> None:
+def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path, monkeypatch) -> None:
+    """The candidate's children and the reference children its baselines are made in, spawned by
+    the protocol (no spare ready: `SPARES` = 0), all where the lane's children go."""
     import json
 
+    import kbv.executors.local as local
     from kbv.api import EvalConfig, evaluate
     from kbv.placement import current_plan
     from sources import RELU_PROBLEM, write_tree
 
-    write_tree(tmp_path / "problems", {"level1/19_ReLU.py": RELU_PROBLEM})
+    monkeypatch.setattr(local, "SPARES", 0)
     log = tmp_path / "where.jsonl"
+    where = WHERE.replace("PATH", repr(str(log)))
+    write_tree(tmp_path / "problems", {"level1/19_ReLU.py": where.replace("WHO", repr("problem")) + RELU_PROBLEM})
     write_tree(tmp_path / "cands", {"19_ReLU__where.py": RECORDS.replace("PATH", repr(str(log)))})
     plan = current_plan("pin", 1, "cpu")
     result = evaluate(EvalConfig(candidates=str(tmp_path / "cands"), problems=str(tmp_path / "problems"),
@@ -308,9 +317,10 @@ def test_pinned_builds_and_timed_children_run_where_the_plan_says(tmp_path: Path
     assert [v.status.value for v in result.verdicts] == ["correct"], result.verdicts[0].message
     assert result.verdicts[0].provenance["build_isolation"] == plan.describe()
     seen = [json.loads(line) for line in log.read_text().splitlines()]
-    builds = [s for s in seen if "/build-" in s["cwd"]]
-    timed = [s for s in seen if "/build-" not in s["cwd"]]
-    assert builds and timed
+    children = [s for s in seen if str(tmp_path / "run") in s["cwd"]]  # not this process's imports
+    builds = [s for s in children if "/build-" in s["cwd"]]
+    timed = [s for s in children if "/build-" not in s["cwd"]]
+    assert builds and {s["who"] for s in timed} == {"candidate", "problem"}
     assert all(s["nice"] == BUILD_NICE and frozenset(s["cpus"]) == plan.builds for s in builds)
     child = plan.child_cpus(0)
     assert all(s["nice"] == 0 and frozenset(s["cpus"]) == child and s["omp"] == str(len(child)) for s in timed)

@@ -446,7 +446,10 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
     settings.provenance["build_isolation"] = plan.describe()
     held = config.keep_problems  # 0: the lane's own default
     first = _lane_settings(settings, plan, 0)
-    lanes = [LocalExecutor(first, runners, builds, quiet(settings.device, 0), lane=0, held=held)]
+    # the runners spawn the reference children of their baselines: with the lane's settings, so that
+    # those children go where the lane's candidates go (the session's runners are the run's settings)
+    mine = runners if first is settings else _runners(config, first, secret)
+    lanes = [LocalExecutor(first, mine, builds, quiet(settings.device, 0), lane=0, held=held)]
     for i, device in enumerate(devices[1:], start=1):
         lane = _lane_settings(replace(settings, device=device,
                                       provenance={**collect_provenance(device), **_run_record(settings)}), plan, i)
