@@ -10,7 +10,6 @@ from kbv.sandbox.integrity import (
     _cpu_fill_flags,
     aliased_names,
     changed_by_name,
-    graph_tree_outputs,
     model_tensors,
     output_storages,
     overwrites,
@@ -105,23 +104,3 @@ def test_a_previous_output_counts_as_held_while_anything_but_the_harness_keeps_i
                                             cache[1].untyped_storage().data_ptr()]
     assert overwrites(cache[1][:4], held) and not overwrites(torch.zeros(8), held)
 
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graph_trees_outputs_are_told_apart_from_a_buffer_the_candidate_keeps():
-    """torch.compile's "reduce-overhead" replays into the same memory every call and turns the output
-    of the call before into an error on access: its outputs are the trees', so an overwrite there is
-    no hack. A buffer kept by hand, the same memory every call too, is not theirs."""
-    f = torch.compile(lambda x: torch.relu(x) * 2, mode="reduce-overhead")
-    x = torch.randn(1024, device="cuda")
-    outs = [f(x) for _ in range(4)]  # warm-up, recording, replays
-    assert graph_tree_outputs([outs[-1]]) == [0]
-    kept = torch.empty(1024, device="cuda")
-    assert graph_tree_outputs([kept, outs[-1]]) == [1]
-    with pytest.raises(RuntimeError, match="overwritten"):  # the stale output: an error, never new values
-        outs[-2].sum()
-
-
-def test_nothing_is_exempted_as_a_cuda_graph_trees_output_off_the_gpu_or_without_inductor():
-    assert graph_tree_outputs([torch.zeros(4)]) == []
-    assert graph_tree_outputs([]) == []

@@ -335,8 +335,6 @@ class Child:
         # an output in the storage of the last checked call's, which the candidate kept: every call
         # overwrites what the one before returned (a buffer of its own, wherever it keeps it)
         overwritten = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and ig.overwrites(o, held)]
-        if overwritten:  # CUDA graph trees' outputs: the trees make a stale one an error on access
-            overwritten = sorted(set(overwritten) - set(ig.graph_tree_outputs(outs)))
         del held
         unjoined = ig.unjoined_work(outs, self.device) if checks else False
         self.sync()

@@ -11,7 +11,6 @@ import ctypes
 import functools
 import math
 import os
-import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -124,34 +123,6 @@ def overwrites(out: torch.Tensor, storages: Sequence[Any]) -> bool:
     lo, hi = storage_span(out)
     return any(st.device == out.device and st.nbytes() and lo < st.data_ptr() + st.nbytes() and st.data_ptr() < hi
                for st in storages)
-
-
-def graph_tree_outputs(outs: Sequence[Any]) -> list[int]:
-    """The indices of `outs` that are outputs of CUDA graph trees (torch.compile's "reduce-overhead"
-    and "max-autotune" modes) on the current path: the trees replay into the same memory every run
-    and, as a new run starts, turn every output of the run before that is still held into an error on
-    access (unless their alias invalidation is off). A caller who kept one is told, never handed changed
-    values, so an output there that lies in the previous call's is no `aliases_parameter`. Only where
-    inductor is already imported (it is never imported for this), and only for the trees' own manager."""
-    trees = sys.modules.get("torch._inductor.cudagraph_trees")
-    if trees is None or not outs:
-        return []
-    found: list[int] = []
-    try:
-        for i, o in enumerate(outs):
-            if not isinstance(o, torch.Tensor) or o.device.type != "cuda" or o.layout != torch.strided:
-                continue
-            manager = trees.get_manager(o.device.index or 0, create_if_none_exists=False)
-            if type(manager) is not trees.CUDAGraphTreeManager or manager.disable_invalidate_aliases \
-                    or manager.current_node is None:
-                continue
-            ptrs = {ref.data_ptr() for node in manager.current_node._path_from_root
-                    for ref in node.outputs_weakrefs if ref is not None}
-            if o.untyped_storage().data_ptr() in ptrs:
-                found.append(i)
-    except Exception:  # the trees' internals changed, or are not what they say: nothing is exempted
-        return []
-    return found
 
 
 def model_tensors(model: Any) -> tuple[list[str], list[torch.Tensor]]:
