@@ -117,13 +117,16 @@ def test_a_started_child_moves_whole_onto_its_lane(tmp_path: Path) -> None:
 
 
 def _python_threads(pid: int) -> list[frozenset[int]]:
-    """The CPUs of every thread of the Python processes at and below `pid` (a sandbox's bwrap not)."""
+    """The CPUs of every thread, whatever its name, of the processes at and below `pid` but a
+    sandbox's bwrap (a thread's process is its Tgid; a process's name is its main thread's)."""
     from kbv.placement import _tree_threads
 
     out = []
     for tid in _tree_threads(pid):
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{tid}/comm").read_text().strip().startswith("python"):
+        with contextlib.suppress(OSError, StopIteration, ValueError):
+            status = Path(f"/proc/{tid}/status").read_text().splitlines()
+            tgid = int(next(line for line in status if line.startswith("Tgid:")).split()[1])
+            if Path(f"/proc/{tgid}/comm").read_text().strip() != "bwrap":
                 out.append(frozenset(os.sched_getaffinity(tid)))
     return out
 

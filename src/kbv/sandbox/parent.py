@@ -263,6 +263,10 @@ class Sandbox:
             if self.spec.cpus:  # the child moves itself, all its threads, before its device comes up
                 hello["cpus"] = list(self.spec.cpus)
             self.info = self.call(hello, timeout_s)
+            if self.spec.cpus and self.info.get("cpus") != sorted(self.spec.cpus) and self.proc is not None:
+                from kbv.placement import move_process  # the child could not: the parent moves its tree
+
+                move_process(self.proc.pid, frozenset(self.spec.cpus))
             import torch
 
             device = torch.device(self.spec.parent_device or "cuda:0") if self.spec.device != "cpu" else None
