@@ -14,7 +14,7 @@ from kbv.sandbox.integrity import (
     output_storages,
     overwrites,
     poisoned_allocations,
-    still_held,
+    still_readable,
 )
 
 CPU = torch.device("cpu")
@@ -92,15 +92,31 @@ def test_a_parameter_under_two_names_is_listed_under_both():
     assert {"w", "conv.weight"} <= set(changed_by_name(names, before, *model_tensors(model)))
 
 
-def test_a_previous_output_counts_as_held_while_anything_but_the_harness_keeps_its_storage():
-    """The object itself, or any tensor on its storage (a view in a cache), keeps it held; an output
-    nobody kept is let go, and an output in a held one's storage is an overwrite."""
-    kept_object, kept_view, dropped = torch.zeros(8), torch.zeros(8), torch.zeros(8)
-    cache = [kept_object, kept_view[2:]]
-    storages = output_storages([kept_object, kept_view, dropped])
-    del kept_object, kept_view, dropped
-    held = still_held(storages)
-    assert [s.data_ptr() for s in held] == [cache[0].untyped_storage().data_ptr(),
-                                            cache[1].untyped_storage().data_ptr()]
-    assert overwrites(cache[1][:4], held) and not overwrites(torch.zeros(8), held)
+def test_an_output_in_a_kept_buffer_overwrites_the_one_before_and_a_fresh_one_never_does():
+    """The previous call's outputs are held through the next call, as a caller keeps them: a buffer
+    the candidate keeps and returns again (or a view of it) lies in one; a fresh output cannot."""
+    buffer = torch.zeros(8)
+    kept = output_storages([buffer, torch.zeros(8), "not a tensor"])
+    held = still_readable(kept)
+    assert len(held) == 2
+    assert overwrites(buffer, held) and overwrites(buffer[2:6], held)
+    assert not overwrites(torch.zeros(8), held)
 
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_a_cuda_graph_output_made_an_error_on_access_is_no_overwrite_and_a_kept_buffer_is():
+    """torch.compile's "reduce-overhead" replays into the same memory every call and turns the output
+    of the call before, held by a caller, into an error on access: the caller is told, so it is not
+    an output that still reads. A buffer written again by hand still reads: it changed silently."""
+    f = torch.compile(lambda x: torch.relu(x) * 2, mode="reduce-overhead")
+    x = torch.randn(1024, device="cuda")
+    for _ in range(3):  # warm-up, recording, a replay
+        f(x)
+    kept = output_storages([f(x)])
+    new = f(x)
+    assert not overwrites(new, still_readable(kept))
+    buffer = torch.zeros(1024, device="cuda")
+    kept = output_storages([buffer])
+    torch.relu(x, out=buffer)
+    assert overwrites(buffer, still_readable(kept))

@@ -160,7 +160,8 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
       whose caching allocator keeps it) its forward's peak, and the candidate's child its model and
       the last inputs it was handed;
     - judging a candidate: in the parent one trial and the two runs' outputs taken back and the
-      comparison's chunks, or a reference call; in the candidate's child a forward and its outputs;
+      comparison's chunks, or a reference call; in the candidate's child a forward and its outputs,
+      and the first run's outputs held through the second (as a caller who kept them would);
     - handing the candidate's child the pool: a held pool in one transfer (the child holds it twice
       until it has cloned it), else a set at a time (one drawn in the parent, one in transfer);
     - attribution: three fresh sets, in transfer and cloned in the child, beside its forward; then
@@ -185,7 +186,7 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
         # a correctness call (its inputs in transfer beside the child's clone), or a reuse probe's
         # reference call beside the trial it rewrites
         "judging": timed + inputs + fp.output_bytes + trial + max(reference_call + kept_forward,
-                                                                 2 * fp.output_bytes + JUDGE_BYTES + forward),
+                                                                 3 * fp.output_bytes + JUDGE_BYTES + forward),
         "handing": timed + kept_forward + (2 * pool if pool_held else pool + 2 * inputs),
         "attribution": timed + pool + forward + 6 * inputs,
         "ghost": timed + pool + kept_forward + lingering + fp.output_bytes + reference_call,

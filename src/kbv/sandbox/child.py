@@ -70,9 +70,9 @@ class Child:
         self.model_class: Any = None
         self.kept: list[Any] | None = None
         self.previous_inputs: list[Any] = []  # the last call's inputs (see `_inputs`)
-        # the last checked call's outputs (weak reference, storage handle): the next call says whether
-        # it returned the storage of one the candidate still holds (`integrity.still_held`)
-        self.checked_outputs: list[tuple[Any, Any]] = []
+        # the last checked call's outputs, held until the next call returns: it says whether it
+        # returned the storage of one of them, which still reads (`integrity.still_readable`)
+        self.checked_outputs: list[Any] = []
         self.pool: list[list[Any]] = []
         self.flush: Any = None
         self.watch: Any = None  # driver-level allocations and launches (CUPTI), bound before any candidate code
@@ -324,18 +324,20 @@ class Child:
         if cmd.get("late_inputs") and self.device.type == "cuda":
             ig.write_late(tensors_in, self._sleep, int(cmd["late_inputs"]))
         threads_before = self.guards.threads()
-        held = ig.still_held(self.checked_outputs)  # the rest is released before the call runs
-        self.checked_outputs = []
+        # the last checked call's outputs, held through this call as a caller who keeps them would
+        kept, self.checked_outputs = self.checked_outputs, []
         poisoned = (ig.poisoned_allocations(self.device, float(cmd["poison"]), _nbytes(expected) * 2)
                     if cmd.get("poison") is not None else contextlib.nullcontext())
         with poisoned, torch.no_grad(), first_call_window(self.first_call, "forward", self.watch):
             self.guards.phase = "call"
             result = self.model(*args)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        # an output in the storage of the last checked call's, which the candidate kept: every call
-        # overwrites what the one before returned (a buffer of its own, wherever it keeps it)
+        # an output in the storage of the last checked call's, which still reads (no allocator hands
+        # out held memory): a buffer the candidate keeps, and every call overwrites what the one
+        # before returned, silently for a caller who kept it
+        held = ig.still_readable(kept)
         overwritten = [i for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and ig.overwrites(o, held)]
-        del held
+        del held, kept
         unjoined = ig.unjoined_work(outs, self.device) if checks else False
         self.sync()
         self.guards.phase = "harness"

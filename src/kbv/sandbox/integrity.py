@@ -11,13 +11,11 @@ import ctypes
 import functools
 import math
 import os
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
-_storage_use_count = torch._C._storage_Use_Count  # bound before any candidate code is imported
 
 POISON_BYTES_MIN = 1 << 20
 POISON_SHARE_OF_FREE = 0.25  # the most of the device's free memory poisoning may add to the allocator's cache
@@ -95,25 +93,28 @@ def overlapping(out: torch.Tensor, others: Sequence[torch.Tensor]) -> list[int]:
     return hits
 
 
-def output_storages(outs: Sequence[Any]) -> list[tuple[Any, Any]]:
-    """(weak reference, storage handle) of each strided tensor output: what `still_held` asks about
-    when the next call comes. The handle keeps the memory from being handed out again until then."""
-    kept = []
-    for o in outs:
-        if isinstance(o, torch.Tensor) and o.layout == torch.strided:
-            try:
-                kept.append((weakref.ref(o), o.untyped_storage()))
-            except (TypeError, RuntimeError):  # an output that cannot be referenced so is judged elsewhere
-                continue
-    return kept
+def output_storages(outs: Sequence[Any]) -> list[torch.Tensor]:
+    """Each strided tensor output, held until the next call returns, as a caller who keeps its
+    outputs holds them: that call must not change what they read (`still_readable`). Held, their
+    memory cannot be handed to the next call's outputs by an allocator: only a buffer the candidate
+    keeps (wherever: a parameter, an attribute, a module global, a cache) can lie there."""
+    return [o for o in outs if isinstance(o, torch.Tensor) and o.layout == torch.strided]
 
 
-def still_held(kept: Sequence[tuple[Any, Any]]) -> list[Any]:
-    """The storage handles of `kept` that something besides the handle keeps alive: the output
-    object itself, or another tensor on its storage (a buffer of the candidate's, wherever it keeps
-    it: a parameter, an attribute, a module global, a cache)."""
-    return [storage for ref, storage in kept
-            if ref() is not None or _storage_use_count(storage._cdata) > 1]
+def still_readable(kept: Sequence[torch.Tensor]) -> list[Any]:
+    """The storages of the outputs `kept` that still read after the next call. An output its maker
+    turned into an error on access (CUDA graph trees do so to a stale output of theirs when a new run
+    starts, so that a caller who kept one is told) is not among them; a buffer the candidate keeps and
+    writes again changes silently, and is."""
+    out = []
+    for t in kept:
+        try:
+            storage = t.untyped_storage()
+            storage.data_ptr()
+        except RuntimeError:
+            continue
+        out.append(storage)
+    return out
 
 
 def overwrites(out: torch.Tensor, storages: Sequence[Any]) -> bool:
