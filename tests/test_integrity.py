@@ -103,6 +103,31 @@ def test_an_output_in_a_kept_buffer_overwrites_the_one_before_and_a_fresh_one_ne
     assert not overwrites(torch.zeros(8), held)
 
 
+
+def test_an_output_that_hides_its_storage_behind_an_attribute_is_still_seen():
+    """A kept buffer handed out as a fresh view each call, whose last view is made to raise on
+    `untyped_storage()` (an attribute on the instance shadows the method) or to name another
+    storage: torch's own methods are read, so the overwrite is still found, and so is a parameter
+    returned behind such an attribute."""
+    buffer = torch.zeros(8)
+    previous = buffer.view_as(buffer)
+    kept = output_storages([previous])
+
+    def refuse():
+        raise RuntimeError("accessing tensor output of CUDAGraphs that has been overwritten")
+
+    previous.untyped_storage = refuse
+    new = buffer.view_as(buffer)
+    decoy = torch.zeros(8)
+    new.untyped_storage = lambda: decoy.untyped_storage()
+    held = still_readable(kept)
+    assert len(held) == 1 and overwrites(new, held)
+    weight = torch.nn.Parameter(torch.ones(4))
+    out = weight.detach()
+    out.untyped_storage = lambda: decoy.untyped_storage()
+    assert aliased_names([out], ["weight"], [weight]) == ["weight"]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 def test_a_cuda_graph_output_made_an_error_on_access_is_no_overwrite_and_a_kept_buffer_is():

@@ -72,20 +72,36 @@ def state_print(t: torch.Tensor) -> list[Any]:
     return [list(t.shape), float(x.sum()), float((x * x).sum())]
 
 
+# A tensor's storage, its address and size, and its device, read through torch's own C methods bound
+# here, before any candidate code is imported: neither an attribute set on an output (`untyped_storage`
+# is a method, which an instance's attribute shadows) nor a method patched onto `torch.Tensor` or
+# `torch.UntypedStorage` reaches them, and no subclass's `__torch_function__` runs (`_storage`).
+_untyped_storage = torch._C.TensorBase.untyped_storage
+_storage_data_ptr = torch._C.StorageBase.data_ptr
+_storage_nbytes = torch._C.StorageBase.nbytes
+_tensor_device = torch._C.TensorBase.device.__get__
+_storage_device = torch._C.StorageBase.device.__get__
+
+
+def _storage(t: torch.Tensor) -> Any:
+    with torch._C.DisableTorchFunctionSubclass():
+        return _untyped_storage(t)
+
+
 def storage_span(t: torch.Tensor) -> tuple[int, int]:
-    storage = t.untyped_storage()
-    start = storage.data_ptr()
-    return start, start + storage.nbytes()
+    storage = _storage(t)
+    start = _storage_data_ptr(storage)
+    return start, start + _storage_nbytes(storage)
 
 
 def overlapping(out: torch.Tensor, others: Sequence[torch.Tensor]) -> list[int]:
     """Indices of `others` whose storage overlaps the storage of `out`."""
-    if out.untyped_storage().nbytes() == 0:
+    if _storage_nbytes(_storage(out)) == 0:
         return []
     lo, hi = storage_span(out)
     hits = []
     for i, o in enumerate(others):
-        if o.device != out.device or o.untyped_storage().nbytes() == 0:
+        if _tensor_device(o) != _tensor_device(out) or _storage_nbytes(_storage(o)) == 0:
             continue
         olo, ohi = storage_span(o)
         if lo < ohi and olo < hi:
@@ -108,10 +124,10 @@ def still_readable(kept: Sequence[torch.Tensor]) -> list[Any]:
     writes again changes silently, and is."""
     out = []
     for t in kept:
-        try:
-            storage = t.untyped_storage()
-            storage.data_ptr()
-        except RuntimeError:
+        try:  # torch's own methods (`_storage`): an attribute that raises, set on the output, is not read
+            storage = _storage(t)
+            _storage_data_ptr(storage)
+        except RuntimeError:  # torch's "accessing tensor output of CUDAGraphs that has been overwritten"
             continue
         out.append(storage)
     return out
@@ -119,10 +135,12 @@ def still_readable(kept: Sequence[torch.Tensor]) -> list[Any]:
 
 def overwrites(out: torch.Tensor, storages: Sequence[Any]) -> bool:
     """Whether `out` lies in one of `storages` (a previous call's outputs, still held)."""
-    if out.layout != torch.strided or out.untyped_storage().nbytes() == 0:
+    if out.layout != torch.strided or _storage_nbytes(_storage(out)) == 0:
         return False
     lo, hi = storage_span(out)
-    return any(st.device == out.device and st.nbytes() and lo < st.data_ptr() + st.nbytes() and st.data_ptr() < hi
+    device = _tensor_device(out)
+    return any(_storage_device(st) == device and _storage_nbytes(st)
+               and lo < _storage_data_ptr(st) + _storage_nbytes(st) and _storage_data_ptr(st) < hi
                for st in storages)
 
 
