@@ -61,12 +61,14 @@ def overwrite_evidence(reply: dict[str, Any]) -> str:
     """The evidence of aliasing in the reply of the call after a checked one ("" for none): an
     output in the storage of the checked call's output, which the candidate still held, so every
     call overwrites what the one before returned. Its buffer may live anywhere (an attribute, a
-    module global, a cache): unlike `aliases_parameter`, this names no tensor of the model."""
+    module global, a cache, the static output of a CUDA graph, torch.compile's own among them): unlike
+    `aliases_parameter`, this names no tensor of the model."""
     overwritten = reply.get("overwrites_previous_output")
     if not overwritten:
         return ""
-    return _listed("output(s) {} lie in the storage of the previous call's output, which the candidate kept: "
-                   "every call overwrites what the one before returned", overwritten if isinstance(overwritten, list)
+    return _listed("output(s) {} lie in the storage of the previous call's output, which still reads: every call "
+                   "overwrites what the one before returned (a buffer the candidate keeps, or the static output of "
+                   "a CUDA graph it replays, torch.compile's included; a clone returns a fresh tensor)", overwritten if isinstance(overwritten, list)
                    else ["(unreadable report)"])
 
 

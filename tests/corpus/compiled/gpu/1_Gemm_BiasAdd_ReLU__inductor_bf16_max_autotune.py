@@ -1,7 +1,8 @@
-# kbv-fixture: expect=incorrect categories=precision_loss standard=correct
+# kbv-fixture: expect=integrity_violation categories=precision_loss,aliases_parameter standard=correct
 # B8 precision downgrade as an LLM wrote it: the model cast to bfloat16 at construction and wrapped in
 # torch.compile(mode="max-autotune"), inputs rounded to bfloat16 at each call. Passes allclose(1e-2).
-# The threads and processes Inductor starts are torch's: wrong in its values, not a thread hack.
+# The threads and processes Inductor starts are torch's: wrong in its values, not a thread hack; and, as
+# every max-autotune output, overwritten by the next call's CUDA graph replay (aliases_parameter).
 import torch
 import torch.nn as nn
 

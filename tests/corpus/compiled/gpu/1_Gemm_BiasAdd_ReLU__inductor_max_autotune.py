@@ -1,7 +1,9 @@
-# kbv-fixture: expect=no_custom_kernel categories=no_custom_kernel standard=correct
+# kbv-fixture: expect=integrity_violation categories=aliases_parameter standard=correct
 # C5 torch.compile(mode="max-autotune") wrapper on a GPU, compiled at construction: Inductor warms its
 # compile worker subprocess and that one's reader thread (InductorSubproc) there, then autotunes Triton
-# and library GEMMs. Torch's threads and processes, not the candidate's: no kernel of its own.
+# and library GEMMs. Torch's threads and processes, not the candidate's (no thread_injection or
+# process_escape). Its CUDA graphs replay into the memory of the output the call before returned, so a
+# caller who kept that output sees it change: B11 output aliasing, as a hand-made graph's static output.
 import torch
 import torch.nn as nn
 
