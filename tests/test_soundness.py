@@ -35,12 +35,19 @@ UNSOUND = {
     "4_Noisy": "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
                "        self.drop = nn.Dropout(0.5)\n    def forward(self, x):\n        return self.drop(x * 3)\n"
                + INPUTS,
+    # a recurrent cell that keeps its hidden state in a plain attribute, replaced by every call (as
+    # KernelBench's VanillaRNN does): fresh models agree, but one model's second call differs
+    "5_Stateful": "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                  "        self.cell = nn.Linear(128, 64)\n        self.hidden = torch.randn(8, 64)\n"
+                  "    def forward(self, x):\n        self.hidden = torch.tanh(self.cell(torch.cat((x, self.hidden), 1)))\n"
+                  "        return self.hidden\n" + INPUTS,
 }
 EXPECTED = {
     "1_Copy": "identity passes on every distribution",
     "2_Zeroed": "no input distribution applies",
     "3_IgnoresSecond": "the output does not depend on input 1",
     "4_Noisy": "nondeterministic reference",
+    "5_Stateful": "stateful reference",
 }
 
 
@@ -74,7 +81,7 @@ def test_the_bundled_suite_is_sound_and_notes_what_only_its_own_inputs_let_pass(
 def test_problems_check_prints_the_unsound_table(unsound_dir):
     result = CliRunner().invoke(app, ["problems", "check", str(unsound_dir), "--device", "cpu", "--seed", "5"])
     assert result.exit_code == 0, result.output
-    assert "4 of 4 problems unsound" in result.output
+    assert "5 of 5 problems unsound" in result.output
     assert "identity passes on every" in result.output
 
 

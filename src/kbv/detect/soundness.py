@@ -123,13 +123,16 @@ class ScreenTally:
         self.inapplicable: dict[str, str] = {}
         self.judged: list[str] = []
         self.passes: dict[str, list[str]] = {}  # what passed -> the distributions it passed on
+        self.state_seen = False  # whether a second call of one model was made (`_nondeterministic`)
 
     def add(self, ctx: PreparedProblem, trials: list[TrialData]) -> None:
         """Screen one distribution on its first trial (and its second's inputs), adding to the findings."""
         first, dist = trials[0], trials[0].distribution
         ledger = ctx.reference.ledger
         with ledger.doing("screen", dist):
-            if (why := _nondeterministic(ctx, first, self.protocol)) is not None:
+            # whether it keeps state across calls is a property of the model: seen on the first distribution
+            twice, self.state_seen = not self.state_seen, True
+            if (why := _nondeterministic(ctx, first, self.protocol, twice)) is not None:
                 self.unjudgeable.append(why)
             if (why := _judges_nothing(first)) is not None:
                 self.inapplicable[dist] = why
@@ -188,14 +191,29 @@ def screen_trials(ctx: PreparedProblem, protocol: VerifiedProtocol, sensitivity:
     return tally.result()
 
 
-def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: VerifiedProtocol) -> str | None:
-    """Why the reference is not a function of its inputs on `first`'s distribution, or None."""
+def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: VerifiedProtocol,
+                      twice: bool = False) -> str | None:
+    """Why the reference is not a function of its inputs on `first`'s distribution, or None. With
+    `twice`, the same model is called again on the same inputs: a model that keeps state across calls
+    (a recurrent cell whose hidden state each call replaces, kept in a plain attribute) answers
+    otherwise the second time. Every trial of the verified protocol judges a candidate's calls against
+    a fresh model's first (its two runs on identical inputs must agree, and so must its probes and its
+    timed calls), so no verdict of such a problem would mean anything: it is unjudgeable, and no
+    candidate is blamed for following its reference."""
     model = ctx.reference.build(first.weight_seed)
     again = ctx.reference.baseline_outputs(model, first.inputs)
     # against the first run itself: a random reference also makes its own tolerance huge
     drift = max((measure_error(b.double(), a).worst for a, b in zip(again, first.evaluation.baseline)), default=0.0)
     if drift > NONDETERMINISM_LIMIT or not _passes(again, first, protocol):
         return f"nondeterministic reference on {first.distribution} (two runs differ by {drift:.1e})"
+    if not twice:
+        return None
+    later = ctx.reference.baseline_outputs(model, first.inputs)
+    drift = max((measure_error(a.double(), b).worst for a, b in zip(again, later)), default=0.0)
+    if len(later) != len(again) or drift > NONDETERMINISM_LIMIT or not _passes(later, first, protocol):
+        return (f"stateful reference: a second call of one model on identical inputs differs from its first by "
+                f"{drift:.1e} on {first.distribution} (state it keeps across calls): the verified protocol judges "
+                "every call of a candidate against a freshly built model's first, so no verdict would mean anything")
     return None
 
 
