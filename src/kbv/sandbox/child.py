@@ -92,6 +92,7 @@ class Child:
 
         # what the candidate builds at import: built once by its build child, found here (no compiler)
         install_jit_cache(os.environ.get("TORCH_EXTENSIONS_DIR"))  # before any candidate import
+        from kbv.sandbox import integrity  # noqa: F401  its torch methods, bound before any candidate import
         from kbv.sandbox.guards import Guards
 
         allowed = [os.getcwd()] + [os.environ.get(k, "") for k in
@@ -571,22 +572,36 @@ class Child:
         """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out.
         With `probe_costs` (a baseline child's blocks), the window's own costs measured right after
         the block, beside the blocks they correct."""
+        from kbv.sandbox import integrity as ig
         from kbv.sandbox.timers import time_block
 
         recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
         delivered: dict[str, Any] = {}
+        held: dict[int, list[Any]] = {}
+        torch = self.torch
 
         def keep(i: int, out: Any) -> None:
-            if i in recheck:
-                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if i not in recheck:
+                return
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if all(type(o) is torch.Tensor for o in outs):
+                # cloned on the device now (the next call may write where this one did), handed over
+                # after the block: the hand-over (a mapping made, memory faulted in, a socket) is the
+                # harness's work, and done here it would slow the candidate's next timed call alone
+                held[i] = [ig.copy_now(o) for o in outs]
+            else:  # anything else is read now, as it is: nothing of the candidate's runs after the block
                 copied, extra = self._deliver(outs, recheck[i], [{} for _ in outs])
                 delivered.update(extra, copied=copied)
 
         self.guards.phase = "timing"
-        with self.torch.no_grad(), self._timed():
+        with torch.no_grad(), self._timed():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
                                self._window(cmd), keep)
         self.guards.phase = "harness"
+        for i, outs in held.items():
+            copied, extra = self._deliver(outs, recheck[i], [{} for _ in outs])
+            delivered.update(extra, copied=copied)
+        del held
         from kbv.sandbox.guards import is_timer
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]

@@ -81,6 +81,15 @@ _storage_data_ptr = torch._C.StorageBase.data_ptr
 _storage_nbytes = torch._C.StorageBase.nbytes
 _tensor_device = torch._C.TensorBase.device.__get__
 _storage_device = torch._C.StorageBase.device.__get__
+_clone = torch._C.TensorBase.clone
+_detach = torch._C.TensorBase.detach
+
+
+def copy_now(t: torch.Tensor) -> torch.Tensor:
+    """A copy of a plain tensor, made on its device through torch's own methods (bound here: a method
+    patched onto `torch.Tensor` is not called)."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return _clone(_detach(t))
 
 
 def _storage(t: torch.Tensor) -> Any:
