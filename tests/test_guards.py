@@ -406,3 +406,43 @@ def test_every_harness_function_is_in_the_tamper_table(name: str, tampered: str,
     result = scenarios[name]
     assert result["error"] is None and result["tampered"] == [tampered], result
     assert is_timer(tampered) is timer
+
+
+def test_a_mode_left_entered_is_named_and_torchs_default_device_is_not() -> None:
+    """A TorchDispatchMode or TorchFunctionMode the candidate enters and never leaves runs its code on
+    every tensor operation after its call, the harness's copies too: the guards name it (a tampered
+    name, `harness_patch`). `torch.set_default_device` pushes torch's own DeviceContext, which only
+    places new tensors: not named."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kbv.detect.evidence import guard_evidence
+    from kbv.sandbox.guards import Guards
+
+    class Fill(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class Watch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    guards = Guards([])
+    assert guards.modes() == []
+    torch.set_default_device("cpu")
+    try:
+        assert guards.modes() == [] and guards.tampered() == []
+    finally:
+        torch.set_default_device(None)
+    fill, watch = Fill(), Watch()
+    fill.__enter__()
+    watch.__enter__()
+    try:
+        assert sorted(guards.modes()) == ["Fill", "Watch"]
+        found = guard_evidence({"guards": {"events": [], "tampered": guards.tampered()}})
+    finally:
+        watch.__exit__(None, None, None)
+        fill.__exit__(None, None, None)
+    assert set(found) == {"harness_patch"} and "Fill" in found["harness_patch"] and "Watch" in found["harness_patch"]
+    assert guards.modes() == []

@@ -465,46 +465,41 @@ class Child:
                  ) -> tuple[bool, dict[str, Any]]:
         """Hand the outputs to the parent as `fields` asks: into its host buffers, or as a device
         export whose descriptor goes through the socket (reply key `export`: size and offsets)."""
+        target = self._target(fields)
+        copied = self._fill(target, outs, meta)
+        return copied, self._hand_over(target, copied)
+
+    def _target(self, fields: dict[str, Any]) -> dict[str, Any]:
+        """Where outputs asked for by `fields` go, made ready: the parent's host buffers, or a device
+        export mapped (`_fill` copies into it, `_hand_over` sends its descriptor)."""
+        expected = self._expected(fields)
         if "export" not in fields:
-            return self._copy_out(outs, [self._arg(h, to_device=False) for h in fields["outputs"]], meta), {}
+            return {"buffers": [self._arg(h, to_device=False) for h in fields["outputs"]], "expected": expected}
         from kbv.sandbox import vmm
 
         torch = self.torch
-        expected = self._expected(fields)
-        copied = len(outs) == len(expected) and all(
-            isinstance(o, torch.Tensor) and tuple(o.shape) == shape and o.dtype == dt
-            for o, (shape, dt) in zip(outs, expected))
-        for out, m, (shape, dt) in zip(outs, meta, expected):
-            m["copied"] = copied
-        if not copied:
-            return False, {}
         sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in expected]
         offsets, total = vmm.packed_offsets(sizes)
         mapping = vmm.create(total, self.device.index or 0)
-        self.exports.append(mapping)
-        for out, m, off, (shape, dt) in zip(outs, meta, offsets, expected):
-            try:
-                vmm.as_tensor(mapping.ptr + off, shape, dt).copy_(torch.Tensor.detach(out))
-            except Exception as exc:  # a lazy object that fails when read
-                m["copy_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                m["copied"] = copied = False
-        self.sync()
-        if not copied:
-            return False, {}
-        vmm.send_fd(self.fd_sock, mapping.fd)
-        return True, {"export": {"size": mapping.size, "offsets": offsets}}
+        self.exports.append(mapping)  # freed when the next command comes
+        return {"buffers": [vmm.as_tensor(mapping.ptr + off, shape, dt) for off, (shape, dt) in zip(offsets, expected)],
+                "expected": expected, "mapping": mapping, "offsets": offsets}
 
-    def _copy_out(self, outs: list[Any], buffers: list[Any], meta: list[dict[str, Any]]) -> bool:
+    def _fill(self, target: dict[str, Any], outs: list[Any], meta: list[dict[str, Any]]) -> bool:
+        """Copy the outputs into `target`'s buffers by value. The copies run with torch's function
+        and dispatch hooks off: a mode the candidate left entered, or a subclass's hooks, would run
+        its code on the harness's copy (and compute there what its timed call did not); a tensor
+        without storage of its own fails to copy, and its type is already on record."""
+        from kbv.sandbox import integrity as ig
+
         torch = self.torch
+        buffers = target["buffers"]
         copied = len(outs) == len(buffers)
         for out, buf, m in zip(outs, buffers, meta):
-            ok = (isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(buf.shape)
-                  and out.dtype == buf.dtype)
+            ok = isinstance(out, torch.Tensor) and tuple(out.shape) == tuple(buf.shape) and out.dtype == buf.dtype
             if ok:
                 try:
-                    # a plain tensor is copied by value; a subclass's hooks may run here, and its
-                    # type is already on record as an integrity violation
-                    buf.copy_(torch.Tensor.detach(out))
+                    ig.copy_into(buf, out)
                 except Exception as exc:  # a lazy object that fails when read
                     m["copy_error"] = f"{type(exc).__name__}: {exc}"[:300]
                     ok = False
@@ -512,6 +507,16 @@ class Child:
             copied = copied and ok
         self.sync()
         return copied
+
+    def _hand_over(self, target: dict[str, Any], copied: bool) -> dict[str, Any]:
+        """The reply's part for a filled `target`: a device export's descriptor is sent."""
+        mapping = target.get("mapping")
+        if mapping is None or not copied:
+            return {}
+        from kbv.sandbox import vmm
+
+        vmm.send_fd(self.fd_sock, mapping.fd)
+        return {"export": {"size": mapping.size, "offsets": target["offsets"]}}
 
     def op_time(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """KernelBench's timer on one input set (the standard protocol)."""
@@ -572,36 +577,31 @@ class Child:
         """`n` timed calls over the pool; the outputs of the calls listed in `recheck` are copied out.
         With `probe_costs` (a baseline child's blocks), the window's own costs measured right after
         the block, beside the blocks they correct."""
-        from kbv.sandbox import integrity as ig
         from kbv.sandbox.timers import time_block
 
         recheck = {int(k): v for k, v in cmd.get("recheck", {}).items()}
-        delivered: dict[str, Any] = {}
-        held: dict[int, list[Any]] = {}
-        torch = self.torch
+        # where a recheck's outputs go, mapped before the block: the calls' outputs are copied there
+        # right after their call, by value, and handed over after the block, so that no mapping is
+        # made, no memory faulted in and no socket used between the candidate's timed calls (its
+        # next call alone would pay for them, never a baseline's)
+        targets = {i: self._target(fields) for i, fields in recheck.items()}
+        filled: dict[int, bool] = {}
 
         def keep(i: int, out: Any) -> None:
-            if i not in recheck:
-                return
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if all(type(o) is torch.Tensor for o in outs):
-                # cloned on the device now (the next call may write where this one did), handed over
-                # after the block: the hand-over (a mapping made, memory faulted in, a socket) is the
-                # harness's work, and done here it would slow the candidate's next timed call alone
-                held[i] = [ig.copy_now(o) for o in outs]
-            else:  # anything else is read now, as it is: nothing of the candidate's runs after the block
-                copied, extra = self._deliver(outs, recheck[i], [{} for _ in outs])
-                delivered.update(extra, copied=copied)
+            if i in targets:
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                filled[i] = self._fill(targets[i], outs, [{} for _ in outs])
 
+        torch = self.torch
         self.guards.phase = "timing"
         with torch.no_grad(), self._timed():
             block = time_block(self.clock, self.model, self.pool, int(cmd["start"]), int(cmd["n"]),
                                self._window(cmd), keep)
         self.guards.phase = "harness"
-        for i, outs in held.items():
-            copied, extra = self._deliver(outs, recheck[i], [{} for _ in outs])
-            delivered.update(extra, copied=copied)
-        del held
+        delivered: dict[str, Any] = {}
+        for i, target in targets.items():
+            copied = filled.get(i, False)
+            delivered.update(self._hand_over(target, copied), copied=copied)
         from kbv.sandbox.guards import is_timer
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]

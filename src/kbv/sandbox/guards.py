@@ -139,6 +139,9 @@ TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.s
                "kbv.sandbox.l2.PersistingL2")
 
 
+MODE_PREFIX = "a torch mode left entered: "  # a tampered name: a mode on torch's stack after a call
+
+
 def is_timer(name: str) -> bool:
     """Whether a tampered name is a timing primitive (timer_patch) rather than other harness code
     (harness_patch): one of TIMER_NAMES, a method of one (`kbv.sandbox.l2.PersistingL2.reset`), or
@@ -165,6 +168,14 @@ class Guards:
         self.launch_s: dict[str, float] = {}
         self._lock = threading.Lock()
         self._snapshot: dict[str, Any] = {}
+        import torch
+        from torch.utils._device import DeviceContext
+
+        c = torch._C  # torch's mode stacks' readers (`modes`), bound before any candidate import
+        self._mode_stacks: tuple[Any, ...] | None = (
+            c._len_torch_function_stack, c._get_function_stack_at, c._len_torch_dispatch_stack,
+            c._get_dispatch_stack_at, c._get_dispatch_mode, tuple(c._TorchDispatchModeKey.__members__.values()),
+            DeviceContext)
         self._getters: dict[str, Callable[[], Any]] = {}
         self._codes: dict[str, Any] = {}
         self._pools: set[type] = set()  # pool classes whose submit is checked
@@ -416,7 +427,21 @@ class Guards:
             now = _safe(getter)
             if now is not self._snapshot.get(name) or _code_of(now) is not self._codes.get(name):
                 out.append(name)
-        return out
+        modes = self.modes()
+        return out + ([MODE_PREFIX + ", ".join(modes)] if modes else [])
+
+    def modes(self) -> list[str]:
+        """The torch modes entered and left on the stack (read through torch's functions, bound at
+        install): each runs code of its own on every tensor operation after it, the harness's
+        included. torch's own `DeviceContext` (`torch.set_default_device`) only places new tensors."""
+        if self._mode_stacks is None:
+            return []
+        function_len, function_at, dispatch_len, dispatch_at, infra, keys, device_context = self._mode_stacks
+        found = [type(m).__name__ for m in (function_at(i) for i in range(function_len()))
+                 if type(m) is not device_context]
+        found += [type(dispatch_at(i)).__name__ for i in range(dispatch_len())]
+        found += [type(m).__name__ for m in (infra(k) for k in keys) if m is not None]
+        return found
 
     def threads(self) -> tuple[int, int]:
         """(Python threads, OS threads of this process), less torch's own threads still alive (its

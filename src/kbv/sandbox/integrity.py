@@ -81,15 +81,18 @@ _storage_data_ptr = torch._C.StorageBase.data_ptr
 _storage_nbytes = torch._C.StorageBase.nbytes
 _tensor_device = torch._C.TensorBase.device.__get__
 _storage_device = torch._C.StorageBase.device.__get__
-_clone = torch._C.TensorBase.clone
+_copy = torch._C.TensorBase.copy_
 _detach = torch._C.TensorBase.detach
+_no_function_hooks = torch._C.DisableTorchFunction
+_no_dispatch_hooks = torch._C._DisableTorchDispatch
 
 
-def copy_now(t: torch.Tensor) -> torch.Tensor:
-    """A copy of a plain tensor, made on its device through torch's own methods (bound here: a method
-    patched onto `torch.Tensor` is not called)."""
-    with torch._C.DisableTorchFunctionSubclass():
-        return _clone(_detach(t))
+def copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst.copy_(src)` by value, through torch's own methods bound here, with torch's function and
+    dispatch hooks off: neither a method patched onto `torch.Tensor`, nor a subclass's hooks, nor a
+    mode the candidate entered and left on the stack runs any code of its own on the harness's copy."""
+    with _no_function_hooks(), _no_dispatch_hooks():
+        _copy(dst, _detach(src))
 
 
 def _storage(t: torch.Tensor) -> Any:
