@@ -22,8 +22,9 @@
 # bwrap first on PATH for every later step; `bwrap-probe` says what this machine allows (user
 # namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
 # with and without the sandbox on the GPU.
-# `redteam` runs kbv redteam on the GPU examples (issue 36's GPU targets), its JSON in $OUT/redteam.json;
-# it resumes from /tmp/kbv-redteam/run, so a later call on a warm box goes on where it stopped.
+# `redteam` runs kbv redteam on the GPU examples (issue 36's GPU targets), its JSON in $OUT/redteam.json, on
+# REDTEAM_PROBLEMS (default smoke; `full` for GPU-sized problems), REDTEAM_TRANSFORMS a comma list of them (default all);
+# it resumes from /tmp/kbv-redteam/run-<problems>, so a later call on a warm box goes on where it stopped.
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes); `identity-timer` then times cand and ref2 against ref with the
 # verified timer itself, rechecks off, copied out only, and made on the device; `identity-eval` runs the identities through whole runs, with
@@ -220,9 +221,9 @@ for s in "$@"; do
     redteam) mkdir -p /tmp/kbv-redteam/cands  # resumes from its run on a warm box: call it again to go on
       for n in ${REDTEAM_HONEST:-1_Matmul__cuda 2_ReLU__cuda 2_ReLU__triton 6_Softmax__triton 8_LayerNorm__triton}; do
         cp "examples/$n.py" /tmp/kbv-redteam/cands/; done
-      step redteam "${REDTEAM_LIMIT:-540}" bash -c "$KBV redteam /tmp/kbv-redteam/cands --problems smoke --device cuda \
-        --run /tmp/kbv-redteam/run --seed 7 --timer-budget 3 --ci-target 0.05 --fixtures $OUT/redteam-fixtures \
-        --format json > $OUT/redteam.json" ;;
+      step redteam "${REDTEAM_LIMIT:-540}" bash -c "$KBV redteam /tmp/kbv-redteam/cands --problems ${REDTEAM_PROBLEMS:-smoke} \
+        --device cuda --run /tmp/kbv-redteam/run-${REDTEAM_PROBLEMS:-smoke} --seed 7 --timer-budget 3 --ci-target 0.05 \
+        ${REDTEAM_TRANSFORMS:+--transforms $REDTEAM_TRANSFORMS} --fixtures $OUT/redteam-fixtures --format json > $OUT/redteam.json" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac
