@@ -4,7 +4,8 @@ histories, side by side, round by round (bench for issue 37's identities under 1
 Each child is a real kbv child (the sandbox a run uses), loaded as the reference (`ref...`, the
 problem's code at TF32, as a baseline is made) or as a candidate file (`cand...`, ModelNew = Model),
 then taken through some of what a candidate goes through before it is timed: `forward` (a
-correctness call), `memory` (the memory measurement), `attribution` (the profiler and the ghost
+correctness call), `checked` (correctness's trials as they run: each twice over poisoned memory, the
+first checked), `memory` (the memory measurement), `attribution` (the profiler and the ghost
 replay); then every child warms up as a profiled one, as the timer has it. `ref` and `ref2` are
 alike (the control: what two alike children differ by).
 
@@ -39,10 +40,12 @@ import torch
 
 from kbv.placement import current_plan, enter_lane_thread
 from kbv.problems import find_problem, instantiate_problem, load_problems
+from kbv.protocols.verified.rules import SENTINEL
 from kbv.protocols.verified.timer import load_pool
 from kbv.sandbox import ChildSpec, Sandbox
 
 CALL_S = 300.0
+CHECKED_TRIALS = 10  # the verified protocol's hidden trials (5 distributions x 2)
 
 
 def _spec(root: Path, name: str, device: str, cpus: tuple[int, ...] = ()) -> ChildSpec:
@@ -56,11 +59,21 @@ def _inputs(module: Any, seed: int, device: torch.device) -> list[Any]:
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in module.get_inputs()]
 
 
-def _forward(sb: Sandbox, inputs: list[Any], like: list[torch.Tensor]) -> None:
+def _forward(sb: Sandbox, inputs: list[Any], like: list[torch.Tensor], **flags: Any) -> None:
     refs = sb.put(inputs, CALL_S)
     fields, receipt = sb.expect(like)
-    reply = sb.call({"op": "forward", "inputs": refs, **fields}, CALL_S)
+    reply = sb.call({"op": "forward", "inputs": refs, **fields, **flags}, CALL_S)
     sb.take(reply, receipt, CALL_S)
+
+
+def _checked(sb: Sandbox, module: Any, device: torch.device, like: list[torch.Tensor]) -> None:
+    """What the verified protocol's correctness does to a candidate's child: each trial run twice
+    over differently poisoned memory (the allocator's cache grown and filled), the first run checked
+    and its inputs and outputs kept (`kbv.protocols.verified.correctness._run_trial`)."""
+    for k in range(CHECKED_TRIALS):
+        inputs = _inputs(module, 300 + k, device)
+        _forward(sb, inputs, like, poison=float("nan"), checks=True, keep=True)
+        _forward(sb, inputs, like, poison=SENTINEL)
 
 
 def _attribution(sb: Sandbox, sets: list[list[Any]], like: list[torch.Tensor]) -> None:
@@ -80,6 +93,7 @@ HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
     "cand-bare": ("candidate", ()),
     "cand-fwd": ("candidate", ("forward",)),
     "cand-fwd-mem": ("candidate", ("forward", "memory")),
+    "cand-checked": ("candidate", ("checked",)),  # correctness's poisoned, checked runs alone
     "cand": ("candidate", ("forward", "memory", "attribution")),
 }
 
@@ -107,6 +121,8 @@ def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device
                      "precision": "tf32"}, CALL_S)
         if "forward" in steps:
             _forward(sb, _inputs(module, 101, dev), like)
+        if "checked" in steps:
+            _checked(sb, module, dev, like)
         load_pool(sb, pool, 0, CALL_S)
         if "memory" in steps:
             sb.call({"op": "memory"}, CALL_S)
