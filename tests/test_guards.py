@@ -435,6 +435,17 @@ def test_a_mode_left_entered_is_named_and_torchs_default_device_is_not() -> None
         assert guards.modes() == [] and guards.tampered() == []
     finally:
         torch.set_default_device(None)
+    from torch.utils._device import DeviceContext
+
+    original = DeviceContext.__torch_function__
+    torch.set_default_device("cpu")
+    DeviceContext.__torch_function__ = lambda self, func, types, args=(), kwargs=None: original(
+        self, func, types, args, kwargs)  # torch's mode with the candidate's code in it
+    try:
+        assert guards.modes() == ["DeviceContext"]
+    finally:
+        DeviceContext.__torch_function__ = original
+        torch.set_default_device(None)
     fill, watch = Fill(), Watch()
     fill.__enter__()
     watch.__enter__()
@@ -446,3 +457,31 @@ def test_a_mode_left_entered_is_named_and_torchs_default_device_is_not() -> None
         fill.__exit__(None, None, None)
     assert set(found) == {"harness_patch"} and "Fill" in found["harness_patch"] and "Watch" in found["harness_patch"]
     assert guards.modes() == []
+
+
+def test_an_aten_operator_given_a_kernel_of_the_candidates_is_named_and_torchs_own_are_not() -> None:
+    """A kernel registered for an aten operator from outside torch (`torch.library`'s
+    Library("aten", "IMPL")) runs on every call of it, the harness's own copies too: the guards name
+    the operator (`harness_patch`). A Library of the candidate's own namespace changes no aten
+    operator; once the registration is gone, nothing is named."""
+    import torch
+
+    from kbv.detect.evidence import guard_evidence
+    from kbv.sandbox.guards import Guards
+
+    guards = Guards([])
+    assert guards.operators() == []
+    own = torch.library.Library("kbv_test_own", "DEF")
+    own.define("twice(Tensor x) -> Tensor")
+    own.impl("twice", lambda x: x * 2, "CPU")
+    aten = torch.library.Library("aten", "IMPL")
+    aten.impl("sinc", lambda x: torch.zeros_like(x), "CPU")
+    try:
+        assert guards.operators() == ["aten::sinc"]
+        found = guard_evidence({"guards": {"events": [], "tampered": guards.tampered(operators=True)}})
+        assert set(found) == {"harness_patch"} and "aten::sinc" in found["harness_patch"], found
+        assert guards.tampered() == []  # only asked for after a checked call: not inside timing
+    finally:
+        aten._destroy()
+        own._destroy()
+    assert guards.operators() == []

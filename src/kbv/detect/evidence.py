@@ -149,13 +149,17 @@ def _tame(x: torch.Tensor) -> torch.Tensor:
 
 def guard_evidence(report: dict[str, Any]) -> dict[str, str]:
     """Hack evidence (category value -> evidence) from the child's guards around one checked call."""
-    from kbv.sandbox.guards import MODE_PREFIX, is_timer
+    from kbv.sandbox.guards import MODE_PREFIX, OPERATOR_PREFIX, is_timer
 
     hacks: dict[str, str] = {}
     guards = report.get("guards") or {}
     for category, evidence in guards.get("events", []):
         hacks.setdefault(Category(category).value, evidence)
     for name in guards.get("tampered", []):
+        if name.startswith(OPERATOR_PREFIX):
+            hacks.setdefault(Category.HARNESS_PATCH.value,
+                             f"{name}: every call of them runs its code, the harness's copies and checks too")
+            continue
         if name.startswith(MODE_PREFIX):
             hacks.setdefault(Category.HARNESS_PATCH.value,
                              f"{name} after its call: every tensor operation after it runs its code, the harness's too")

@@ -353,7 +353,7 @@ class Child:
                 "threads": [threads_before, self.guards.threads()],
                 "calls": self.calls,
                 "guards": {**self.guards.report(),
-                           "tampered": self.guards.tampered() + self.clock.tampered()},
+                           "tampered": self.guards.tampered(operators=True) + self.clock.tampered()},
                 "flags_changed": self._flags_changed(),
                 "persisting_l2": self.clock.persisting_l2(),
                 "inputs_mutated": ig.changed(before_in, tensors_in),

@@ -140,6 +140,17 @@ TIMER_NAMES = ("time.perf_counter", "time.time", "time.monotonic", "torch.cuda.s
 
 
 MODE_PREFIX = "a torch mode left entered: "  # a tampered name: a mode on torch's stack after a call
+OPERATOR_PREFIX = "aten operators given kernels of the candidate's: "  # a tampered name: `Guards.operators`
+
+
+def _foreign_registration(line: str, torch_dir: str) -> bool:
+    """Whether a line of the dispatcher's dump (`KEY: registered at FILE:LINE :: ...`) names a kernel
+    registered from outside torch's own files."""
+    _, found, rest = line.partition("registered at ")
+    if not found:
+        return False
+    where = rest.split(" :: ", 1)[0].rsplit(":", 1)[0]
+    return not where.startswith(torch_dir + os.sep)
 
 
 def is_timer(name: str) -> bool:
@@ -171,11 +182,14 @@ class Guards:
         import torch
         from torch.utils._device import DeviceContext
 
-        c = torch._C  # torch's mode stacks' readers (`modes`), bound before any candidate import
+        c = torch._C  # torch's mode stacks' and dispatcher's readers (`modes`, `operators`), bound before any candidate import
+        self._dispatcher = (c._dispatch_get_all_op_names, c._dispatch_dump, os.path.dirname(torch.__file__))
+        self._aten = {n: c._dispatch_dump(n) for n in c._dispatch_get_all_op_names() if n.startswith("aten::")}
         self._mode_stacks: tuple[Any, ...] | None = (
             c._len_torch_function_stack, c._get_function_stack_at, c._len_torch_dispatch_stack,
             c._get_dispatch_stack_at, c._get_dispatch_mode, tuple(c._TorchDispatchModeKey.__members__.values()),
             DeviceContext)
+        self._device_context_fn = DeviceContext.__torch_function__  # torch's: a patched one runs the candidate's code
         self._getters: dict[str, Callable[[], Any]] = {}
         self._codes: dict[str, Any] = {}
         self._pools: set[type] = set()  # pool classes whose submit is checked
@@ -421,14 +435,38 @@ class Guards:
             self.launch_s[name] = self.launch_s.get(name, 0.0) + seconds
 
     # -- per call ---------------------------------------------------------------------------------
-    def tampered(self) -> list[str]:
+    def tampered(self, operators: bool = False) -> list[str]:
+        """The harness's names replaced since install, and the modes left entered; with `operators`,
+        the aten operators given kernels of the candidate's too (slower: after a checked call)."""
         out = []
         for name, getter in self._getters.items():
             now = _safe(getter)
             if now is not self._snapshot.get(name) or _code_of(now) is not self._codes.get(name):
                 out.append(name)
         modes = self.modes()
-        return out + ([MODE_PREFIX + ", ".join(modes)] if modes else [])
+        ops = self.operators() if operators else []
+        return out + ([MODE_PREFIX + ", ".join(modes)] if modes else []) + ([OPERATOR_PREFIX + ", ".join(ops)] if ops else [])
+
+    def operators(self) -> list[str]:
+        """The aten operators the candidate registered a kernel of its own for (`torch.library`'s
+        `Library("aten", "IMPL")`, or TORCH_LIBRARY_IMPL in an extension): every call of one runs
+        its code, the harness's own copies and checks included. A registration torch makes itself
+        (a file under torch's package: meta kernels, decompositions its compiler loads) is not one.
+        Read from the dispatcher's tables, against those seen before any candidate import (tens of
+        milliseconds: after a checked call, never inside timing)."""
+        names, dump, torch_dir = self._dispatcher
+        found = []
+        for name in names():
+            if not name.startswith("aten::"):
+                continue
+            now = dump(name)
+            before = self._aten.get(name, "")
+            if now == before:
+                continue
+            new = set(now.splitlines()) - set(before.splitlines())
+            if any(_foreign_registration(line, torch_dir) for line in new):
+                found.append(name)
+        return sorted(found)
 
     def modes(self) -> list[str]:
         """The torch modes entered and left on the stack (read through torch's functions, bound at
@@ -438,7 +476,8 @@ class Guards:
             return []
         function_len, function_at, dispatch_len, dispatch_at, infra, keys, device_context = self._mode_stacks
         found = [type(m).__name__ for m in (function_at(i) for i in range(function_len()))
-                 if type(m) is not device_context]
+                 if not (type(m) is device_context and device_context.__torch_function__ is self._device_context_fn
+                         and "__torch_function__" not in getattr(m, "__dict__", {}))]
         found += [type(dispatch_at(i)).__name__ for i in range(dispatch_len())]
         found += [type(m).__name__ for m in (infra(k) for k in keys) if m is not None]
         return found
