@@ -143,14 +143,24 @@ MODE_PREFIX = "a torch mode left entered: "  # a tampered name: a mode on torch'
 OPERATOR_PREFIX = "aten operators given kernels of the candidate's: "  # a tampered name: `Guards.operators`
 
 
-def _foreign_registration(line: str, torch_dir: str) -> bool:
-    """Whether a line of the dispatcher's dump (`KEY: registered at FILE:LINE :: ...`) names a kernel
-    registered from outside torch's own files."""
+def _registered_at(line: str) -> str:
+    """The file a line of the dispatcher's dump (`KEY: registered at FILE:LINE :: ...`) names, or ""."""
     _, found, rest = line.partition("registered at ")
-    if not found:
-        return False
-    where = rest.split(" :: ", 1)[0].rsplit(":", 1)[0]
-    return not where.startswith(torch_dir + os.sep)
+    return rest.split(" :: ", 1)[0].rsplit(":", 1)[0] if found else ""
+
+
+def _source_root(line: str) -> str:
+    """The first three parts of the absolute path a dump line names (a build tree's root), or ""."""
+    where = _registered_at(line)
+    parts = where.split("/")
+    return "/".join(parts[:4]) if where.startswith("/") and len(parts) > 4 else ""
+
+
+def _foreign_registration(line: str, torch_dir: str, torch_sources: set[str]) -> bool:
+    """Whether a dump line names a kernel registered from outside torch's own files: its package's
+    Python files, or the build tree its C++ kernels came from (`torch_sources`)."""
+    where = _registered_at(line)
+    return bool(where) and not where.startswith(torch_dir + os.sep) and _source_root(line) not in torch_sources
 
 
 def is_timer(name: str) -> bool:
@@ -185,6 +195,11 @@ class Guards:
         c = torch._C  # torch's mode stacks' and dispatcher's readers (`modes`, `operators`), bound before any candidate import
         self._dispatcher = (c._dispatch_get_all_op_names, c._dispatch_dump, os.path.dirname(torch.__file__))
         self._aten = {n: c._dispatch_dump(n) for n in c._dispatch_get_all_op_names() if n.startswith("aten::")}
+        # where torch's own C++ kernels were built (its build tree's root, as the dispatcher names it): a
+        # kernel torch registers later (a library it loads lazily) comes from there too
+        torch_dir = os.path.dirname(torch.__file__) + os.sep
+        self._torch_sources = {_source_root(line) for dump in self._aten.values() for line in dump.splitlines()
+                               if not _registered_at(line).startswith(torch_dir)} - {""}
         self._mode_stacks: tuple[Any, ...] | None = (
             c._len_torch_function_stack, c._get_function_stack_at, c._len_torch_dispatch_stack,
             c._get_dispatch_stack_at, c._get_dispatch_mode, tuple(c._TorchDispatchModeKey.__members__.values()),
@@ -464,7 +479,7 @@ class Guards:
             if now == before:
                 continue
             new = set(now.splitlines()) - set(before.splitlines())
-            if any(_foreign_registration(line, torch_dir) for line in new):
+            if any(_foreign_registration(line, torch_dir, self._torch_sources) for line in new):
                 found.append(name)
         return sorted(found)
 
