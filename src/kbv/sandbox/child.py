@@ -472,18 +472,18 @@ class Child:
     def _target(self, fields: dict[str, Any]) -> dict[str, Any]:
         """Where outputs asked for by `fields` go, made ready: the parent's host buffers, or a device
         export mapped (`_fill` copies into it, `_hand_over` sends its descriptor)."""
-        expected = self._expected(fields)
         if "export" not in fields:
-            return {"buffers": [self._arg(h, to_device=False) for h in fields["outputs"]], "expected": expected}
+            return {"buffers": [self._arg(h, to_device=False) for h in fields["outputs"]]}
         from kbv.sandbox import vmm
 
         torch = self.torch
+        expected = self._expected(fields)
         sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in expected]
         offsets, total = vmm.packed_offsets(sizes)
         mapping = vmm.create(total, self.device.index or 0)
         self.exports.append(mapping)  # freed when the next command comes
         return {"buffers": [vmm.as_tensor(mapping.ptr + off, shape, dt) for off, (shape, dt) in zip(offsets, expected)],
-                "expected": expected, "mapping": mapping, "offsets": offsets}
+                "mapping": mapping, "offsets": offsets}
 
     def _fill(self, target: dict[str, Any], outs: list[Any], meta: list[dict[str, Any]]) -> bool:
         """Copy the outputs into `target`'s buffers by value. The copies run with torch's function
