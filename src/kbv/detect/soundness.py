@@ -208,9 +208,11 @@ def _nondeterministic(ctx: PreparedProblem, first: TrialData, protocol: Verified
         return f"nondeterministic reference on {first.distribution} (two runs differ by {drift:.1e})"
     if not twice:
         return None
+    count = len(again)
+    del again  # it agreed with the trial's own baseline: the second call is measured against that, one output held at a time
     later = ctx.reference.baseline_outputs(model, first.inputs)
-    drift = max((measure_error(a.double(), b).worst for a, b in zip(again, later)), default=0.0)
-    if len(later) != len(again) or drift > NONDETERMINISM_LIMIT or not _passes(later, first, protocol):
+    drift = max((measure_error(b.double(), a).worst for a, b in zip(later, first.evaluation.baseline)), default=0.0)
+    if len(later) != count or drift > NONDETERMINISM_LIMIT or not _passes(later, first, protocol):
         return (f"stateful reference: a second call of one model on identical inputs differs from its first by "
                 f"{drift:.1e} on {first.distribution} (state it keeps across calls): the verified protocol judges "
                 "every call of a candidate against a freshly built model's first, so no verdict would mean anything")
