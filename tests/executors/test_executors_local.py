@@ -9,25 +9,31 @@ from typing import Any
 
 from kbv.candidates import Backend, Candidate, Pair
 from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor, skip_unrunnable
+from kbv.memory_plan import ProblemTooLarge
 from kbv.problems import Problem
 from kbv.settings import Settings
 from kbv.verdict import Status, Verdict
 
 
 class CountingRunner:
-    """Prepares a problem into a token; `oom_when_held`: preparing with another held runs out of memory."""
+    """Prepares a problem into a token; `oom_when_held`: preparing with another held runs out of memory;
+    `refused_when_held`: is refused as too large for the memory available (`live` may be another
+    runner's: one device)."""
 
     name = "standard"
 
-    def __init__(self, oom_when_held: bool = False) -> None:
+    def __init__(self, oom_when_held: bool = False, refused_when_held: bool = False) -> None:
         self.prepared: list[str] = []
         self.released: list[str] = []
         self.live: set[str] = set()
         self.oom_when_held = oom_when_held
+        self.refused_when_held = refused_when_held
 
     def prepare(self, pair: Pair) -> str:
         if self.oom_when_held and self.live:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if self.refused_when_held and self.live:
+            raise ProblemTooLarge(f"{pair.problem.name}: too large for this machine under the verified protocol")
         self.prepared.append(pair.problem.name)
         self.live.add(pair.problem.name)
         return pair.problem.name
@@ -68,6 +74,23 @@ def test_out_of_device_memory_with_another_problem_held_releases_it_and_prepares
     lane._context(runner, _pair("1_A"))
     assert lane._context(runner, _pair("2_B")) == "2_B"  # not a problem failure: A made room
     assert runner.released == ["1_A"] and runner.live == {"2_B"}
+    lane.close()
+
+
+def test_a_problem_refused_beside_its_own_standard_trials_is_prepared_once_they_are_released(tmp_path: Path) -> None:
+    """On an 80 GB GPU, KernelBench's L1/9 (4 GiB outputs) was refused under verified, 43 GiB free:
+    standard's five trials of the same problem, judged just before, still held the rest. Other problems
+    go first; then the same problem's standard trials, which standard prepares again if it must."""
+    standard = CountingRunner()
+    verified = CountingRunner(refused_when_held=True)
+    verified.name, verified.live = "verified", standard.live  # one device
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": standard, "verified": verified})  # type: ignore[dict-item]
+    lane._context(standard, _pair("2_B"))
+    lane._context(standard, _pair("9_A"))
+    assert lane._context(verified, _pair("9_A")) == "9_A"  # prepared, not a problem failure
+    assert standard.released == ["2_B", "9_A"] and standard.live == {"9_A"} and verified.prepared == ["9_A"]
+    assert lane._context(standard, _pair("9_A")) == "9_A" and standard.prepared == ["2_B", "9_A", "9_A"]
     lane.close()
 
 

@@ -343,17 +343,32 @@ class LocalExecutor(Executor):
     def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
         """`runner.prepare`; out of device memory, or refused as too large for the memory available
         (`ProblemTooLarge`), with other problems held (under any protocol), once more after they are
-        released (a lane holds two where one fits)."""
+        released (a lane holds two where one fits); and still short, once more after the same problem
+        is released under the other protocols too (a problem whose standard trials take half the
+        device is prepared for verified in the whole of it; standard prepares it again if it must)."""
         try:
             return runner.prepare(pair)
         except Exception as exc:
-            if not (out_of_memory(exc) or isinstance(exc, ProblemTooLarge)) or not self._holds_any():
+            if not self._short_and_holding(exc):
                 raise
-        for name, contexts in self._contexts.items():
-            for problem in list(contexts):
-                if contexts is held or problem != pair.problem.hash:
-                    self._release(self.runners[name], contexts, problem)
+        self._release_held(lambda contexts, problem: contexts is held or problem != pair.problem.hash)
+        try:
+            return runner.prepare(pair)
+        except Exception as exc:
+            if not self._short_and_holding(exc):
+                raise
+        self._release_held(lambda contexts, problem: True)
         return runner.prepare(pair)
+
+    def _short_and_holding(self, exc: BaseException) -> bool:
+        """Short of memory (out of device memory, or `ProblemTooLarge`) while holding a problem."""
+        return (out_of_memory(exc) or isinstance(exc, ProblemTooLarge)) and self._holds_any()
+
+    def _release_held(self, releasable: Callable[[OrderedDict[str, Any], str], bool]) -> None:
+        """Release every held problem (any protocol) that `releasable(contexts, problem)` picks."""
+        for name, contexts in self._contexts.items():
+            for problem in [p for p in contexts if releasable(contexts, p)]:
+                self._release(self.runners[name], contexts, problem)
 
     def _holds_any(self) -> bool:
         return any(self._contexts.values())
