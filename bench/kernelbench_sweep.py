@@ -101,13 +101,15 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
             entry["ratio"] = round(v.timing.speedups[name], 4)
             ci = (v.timing.speedup_ci or {}).get(name)
             entry["ci"] = [round(x, 4) for x in ci] if ci else None
+        # where the pair's time went (child start, preparation, correctness, timing...): a sweep of 250
+        # problems must fit in device sessions, and the stages say what to cut
+        entry["pair_s"] = round(float(v.evidence.get("pair_s") or 0.0), 2)
+        entry["stages_s"] = {k: round(float(s), 2) for k, s in (v.evidence.get("stages_s") or {}).items() if s}
         if protocol == "verified":
             prep = v.evidence.get("preparation") or {}
-            pair_s = float(v.evidence.get("pair_s") or 0.0)
             entry["flags"] = list(v.flags)
             entry["prepare_calls"] = prep.get("calls")
             entry["prepare_s"] = prep.get("seconds")
-            entry["pair_s"] = round(pair_s, 2)
         row[protocol] = entry
     row["outcome"], row["why"] = outcome(row, failures, sound)
     return row
@@ -147,10 +149,12 @@ def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
                         timeout_s=args.timeout, prepare_timeout_s=args.prepare_timeout, seed=args.seed,
                         time_unattributed=True)
 
+    started = time.monotonic()
+
     def progress(done: int, total: int, what: Any) -> None:
         if what is not None:
             label = getattr(what, "status", None)
-            print(f"  [{done}/{total}] {getattr(what, 'problem', '')} "
+            print(f"  [{done}/{total}] +{time.monotonic() - started:.0f}s {getattr(what, 'problem', '')} "
                   f"{getattr(what, 'protocol', '')} {label.value if label is not None else 'problem failed'}",
                   flush=True)
 
@@ -193,7 +197,12 @@ def summary(rows: list[dict[str, Any]], remaining: int = 0) -> dict[str, Any]:
     ratios = [r["verified"]["ratio"] for r in rows if r["outcome"] == "judged" and r["verified"].get("ratio")]
     shares = [r["verified"]["prepare_s"] / r["verified"]["pair_s"] for r in rows
               if r["outcome"] == "judged" and r["verified"].get("prepare_s") and r["verified"].get("pair_s")]
+    # the bound: verified's preparation takes no longer than standard's whole pair
+    against_standard = [r["verified"]["prepare_s"] / r["standard"]["pair_s"] for r in rows
+                        if r["outcome"] == "judged" and r["verified"].get("prepare_s") and r["standard"].get("pair_s")]
     return {"problems": len(rows), "outcomes": counts, "remaining": remaining,
+            "prepare_over_standard_pair_median": (round(statistics.median(against_standard), 3)
+                                                  if against_standard else None),
             "verified_ratio_median": round(statistics.median(ratios), 4) if ratios else None,
             "verified_ratio_within_band": sum(1 for x in ratios if abs(x - 1) <= IDENTITY_BAND),
             "verified_ratios": len(ratios),
@@ -203,7 +212,8 @@ def summary(rows: list[dict[str, Any]], remaining: int = 0) -> dict[str, Any]:
 def print_table(rows: list[dict[str, Any]], remaining: int = 0) -> None:
     from kbv.footprint import format_bytes
 
-    head = f"{'problem':44s} {'inputs':>8s} {'standard':>10s} {'verified':>17s} {'ratio':>6s} {'prep':>7s}  outcome"
+    head = (f"{'problem':44s} {'inputs':>8s} {'standard':>10s} {'verified':>17s} {'ratio':>6s} {'prep':>7s} "
+            f"{'pairs (s)':>9s}  outcome")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -211,15 +221,18 @@ def print_table(rows: list[dict[str, Any]], remaining: int = 0) -> None:
         size = format_bytes(r["input_bytes"]) if r.get("input_bytes") is not None else "?"
         ratio = f"{ver['ratio']:.2f}" if ver.get("ratio") else "-"
         prep = f"{ver['prepare_s']:.0f} s" if ver.get("prepare_s") else "-"
+        pairs = "/".join(f"{e['pair_s']:.0f}" if e.get("pair_s") else "-" for e in (std, ver))
         print(f"{r['problem'][:44]:44s} {size:>8s} {std['status'][:10]:>10s} {ver['status'][:17]:>17s} {ratio:>6s} "
-              f"{prep:>7s}  {r['outcome']}{': ' + r['why'][:100] if r['why'] else ''}")
+              f"{prep:>7s} {pairs:>9s}  {r['outcome']}{': ' + r['why'][:100] if r['why'] else ''}")
     s = summary(rows, remaining)
     print(f"\n{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
           + (f"; {remaining} not evaluated yet" if remaining else "")
           + (f"; verified identity ratio median {s['verified_ratio_median']:.3f}, {s['verified_ratio_within_band']}/"
              f"{s['verified_ratios']} within 1.00 +- {IDENTITY_BAND}" if s["verified_ratio_median"] else "")
           + (f"; preparation {100 * s['prepare_share_median']:.0f}% of a verified pair (median)"
-             if s["prepare_share_median"] is not None else ""))
+             if s["prepare_share_median"] is not None else "")
+          + (f", {s['prepare_over_standard_pair_median']:.2f}x standard's whole pair"
+             if s["prepare_over_standard_pair_median"] is not None else ""))
 
 
 def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device: str, remaining: int = 0) -> None:
@@ -239,10 +252,12 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
              + (f". Verified identity ratio: median {s['verified_ratio_median']:.3f}, "
                 f"{s['verified_ratio_within_band']} of {s['verified_ratios']} within 1.00 ± {IDENTITY_BAND}."
                 if s["verified_ratio_median"] else "")
-             + (f" Preparation: {100 * s['prepare_share_median']:.0f}% of a verified pair's time (median)."
+             + (f" Preparation: {100 * s['prepare_share_median']:.0f}% of a verified pair's time (median)"
+                + (f", {s['prepare_over_standard_pair_median']:.2f}x standard's whole pair (median)"
+                   if s["prepare_over_standard_pair_median"] is not None else "") + "."
                 if s["prepare_share_median"] is not None else ""), "",
-             "| problem | inputs | standard | verified | ratio [interval] | preparation | outcome |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| problem | inputs | standard | verified | ratio [interval] | preparation | pairs (s) | outcome |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         std, ver = r["standard"], r["verified"]
         size = format_bytes(r["input_bytes"]) if r.get("input_bytes") is not None else "?"
@@ -253,7 +268,8 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
                 and ver.get("prepare_s") is not None else "-")
         std_cell = std["status"] + (f" {std['ratio']:.2f}x" if std.get("ratio") else "")
         why = (": " + r["why"].replace("|", "/")[:300]) if r["why"] else ""
-        lines.append(f"| {r['problem']} | {size} | {std_cell} | {ver['status']} | {ratio} | {prep} | "
+        pairs = " / ".join(f"{e['pair_s']:.0f}" if e.get("pair_s") else "-" for e in (std, ver))
+        lines.append(f"| {r['problem']} | {size} | {std_cell} | {ver['status']} | {ratio} | {prep} | {pairs} | "
                      f"{r['outcome']}{why} |")
     _write(path, "\n".join(lines) + "\n")
 

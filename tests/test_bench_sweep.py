@@ -39,6 +39,11 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     assert small["outcome"] == "judged" and small["standard"]["status"] == "correct"
     assert small["verified"]["status"] == "no_custom_kernel" and small["verified"]["ratio"] > 0
     assert small["verified"]["prepare_calls"] > 0
+    # where each pair's time went: the whole pair and its stages, under both protocols
+    for protocol in ("standard", "verified"):
+        entry = small[protocol]
+        assert entry["pair_s"] > 0 and "timing" in entry["stages_s"], entry
+    assert json.loads(out.read_text())["summary"]["prepare_over_standard_pair_median"] > 0
     assert large["outcome"] == "refused" and "GiB of host memory" in large["why"]
     assert "| L1/20_Huge | 256 GiB |" in page.read_text()
     again = _sweep(*args, "--resume", str(out))
