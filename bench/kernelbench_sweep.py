@@ -110,6 +110,7 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
             entry["flags"] = list(v.flags)
             entry["prepare_calls"] = prep.get("calls")
             entry["prepare_s"] = prep.get("seconds")
+            entry["prepare_seconds_by_purpose"] = prep.get("seconds_by_purpose") or {}
         row[protocol] = entry
     row["outcome"], row["why"] = outcome(row, failures, sound)
     return row

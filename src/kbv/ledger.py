@@ -14,6 +14,11 @@ the purpose it serves, the input distribution it ran on and the precision it ran
     state         what one call changes in the model's state (BatchNorm in training mode)
     standard      the standard protocol's reference outputs on KernelBench's seeds
 
+Beside the calls, the ledger keeps the seconds spent under each purpose, exclusive of the purposes
+nested inside (a truth call's seconds are truth's, not its trial's), and under two that make no call:
+`hold` (a trial's truth moved to where its plan keeps it, the host's memory for a problem too large for
+the device) and `timing` (the timing pool and the baselines' children).
+
 The ledger also bounds preparation: past its deadline, the next call raises `PreparationTimeout`
 (a problem failure naming the step), and it tells the run's heartbeat which step it is in
 (`prepare: truth 6/10`).
@@ -48,11 +53,15 @@ class CallLedger:
     purpose: str = "other"
     distribution: str = "-"
     step: str = ""  # what the heartbeat shows: "truth 6/10"
+    seconds: Counter[str] = field(default_factory=Counter)  # by purpose, exclusive of nested purposes
+    _since: float = field(default_factory=time.monotonic)  # when the current purpose last took over
 
     @contextlib.contextmanager
     def doing(self, purpose: str, distribution: str = "-", step: str | None = None) -> Iterator[None]:
-        """Count the calls of the block under `purpose` and `distribution`; `step` names it."""
+        """Count the calls of the block under `purpose` and `distribution`, and its seconds under
+        `purpose` (less its nested purposes'); `step` names it."""
         saved = (self.purpose, self.distribution, self.step)
+        self._switch()
         self.purpose, self.distribution = purpose, distribution
         if step is not None:
             self.step = step
@@ -60,8 +69,15 @@ class CallLedger:
         try:
             yield
         finally:
+            self._switch()
             self.purpose, self.distribution, self.step = saved
             note(self.step)
+
+    def _switch(self) -> None:
+        """The seconds since the last switch, to the purpose that had them."""
+        now = time.monotonic()
+        self.seconds[self.purpose] += now - self._since
+        self._since = now
 
     def count(self, precision: str) -> None:
         """One reference call in `precision`, made now; raises PreparationTimeout past the deadline."""
@@ -88,6 +104,7 @@ class CallLedger:
                 if n > 0:
                     tally[key[index]] += n
             out[name] = dict(sorted(tally.items()))
+        out["seconds_by_purpose"] = {k: round(v, 4) for k, v in sorted(self.seconds.items()) if v > 0}
         return out
 
 

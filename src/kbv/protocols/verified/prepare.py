@@ -328,7 +328,8 @@ def _make(prepared: PreparedProblem, trials: list[TrialData], dist: str, made: i
             with ledger.doing("screen", dist, step=f"screen ({dist})"):
                 tally.add(prepared, trials)
         held = sum(1 for t in prepared.trials + trials[:k] if t.hold is not Hold.NONE)
-        _settle(prepared, trial, held, total)
+        with ledger.doing("hold", dist):
+            _settle(prepared, trial, held, total)
     return made
 
 
