@@ -152,3 +152,18 @@ def test_the_seconds_of_a_purpose_leave_out_those_of_the_purposes_inside_it():
 def test_a_prepared_problem_says_where_its_seconds_went(tmp_path):
     s = _prepare(tmp_path, GELU, Hold.TRUTH).ledger.summary()["seconds_by_purpose"]
     assert {"truth", "baseline", "screen", "trial", "hold"} <= set(s), s
+
+
+def test_a_deterministic_references_reruns_cost_the_screen_no_pass_over_their_outputs(tmp_path, monkeypatch):
+    """The screen reruns the reference on a trial's inputs (determinism, state kept across calls). A
+    rerun bitwise equal to the trial's baseline is judged from the baseline's own figures, with no
+    float64 pass over a possibly multi-GB output: the screen was the largest share of preparing
+    KernelBench's L1/12 on a CPU (9.4 s of 22 s). A reference that differs is measured as before
+    (tests/test_soundness.py: the noisy and the stateful problems)."""
+    import kbv.detect.soundness as soundness
+
+    drifts: list[int] = []
+    real = soundness.measure_error
+    monkeypatch.setattr(soundness, "measure_error", lambda truth, out: drifts.append(1) or real(truth, out))
+    prepared = _prepare(tmp_path, GELU)
+    assert drifts == [] and prepared.screen is not None and prepared.screen.flags == ()
