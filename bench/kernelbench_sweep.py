@@ -231,9 +231,9 @@ def print_table(rows: list[dict[str, Any]], remaining: int = 0) -> None:
           + (f"; verified identity ratio median {s['verified_ratio_median']:.3f}, {s['verified_ratio_within_band']}/"
              f"{s['verified_ratios']} within 1.00 +- {IDENTITY_BAND}" if s["verified_ratio_median"] else "")
           + (f"; preparation {100 * s['prepare_share_median']:.0f}% of a verified pair (median)"
-             if s["prepare_share_median"] is not None else "")
-          + (f", {s['prepare_over_standard_pair_median']:.2f}x standard's whole pair"
-             if s["prepare_over_standard_pair_median"] is not None else ""))
+             + (f", {s['prepare_over_standard_pair_median']:.2f}x standard's whole pair"
+                if s["prepare_over_standard_pair_median"] is not None else "")
+             if s["prepare_share_median"] is not None else ""))
 
 
 def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device: str, remaining: int = 0) -> None:

@@ -137,16 +137,19 @@ def test_the_seconds_of_a_purpose_leave_out_those_of_the_purposes_inside_it():
     """Where preparing a problem went, in seconds: a trial's own work (its draws, its comparisons) apart
     from the truth calls made inside it, so a slow preparation names its cause (the float64 calls, the
     screen, or the truth moved to the host's memory)."""
+    started = time.monotonic()
     ledger = CallLedger()
     with ledger.doing("trial", "default"):
         time.sleep(0.05)
         with ledger.doing("truth", "default"):
-            time.sleep(0.2)
+            time.sleep(0.6)
         time.sleep(0.05)
     with ledger.doing("hold", "default"):
         time.sleep(0.1)
     s = ledger.summary()["seconds_by_purpose"]
-    assert 0.19 <= s["truth"] < 0.3 and 0.09 <= s["trial"] < 0.19 and 0.09 <= s["hold"] < 0.19
+    # the trial's own 0.1 s, without the truth's 0.6 s inside it (a loaded machine only adds a little)
+    assert s["truth"] >= 0.6 and 0.1 <= s["trial"] < 0.5 and s["hold"] >= 0.1
+    assert sum(s.values()) <= time.monotonic() - started
 
 
 def test_a_prepared_problem_says_where_its_seconds_went(tmp_path):

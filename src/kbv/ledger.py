@@ -54,7 +54,8 @@ class CallLedger:
     distribution: str = "-"
     step: str = ""  # what the heartbeat shows: "truth 6/10"
     seconds: Counter[str] = field(default_factory=Counter)  # by purpose, exclusive of nested purposes
-    _since: float = field(default_factory=time.monotonic)  # when the current purpose last took over
+    # when the current purpose last took over
+    _since: float = field(default_factory=time.monotonic, init=False, repr=False, compare=False)
 
     @contextlib.contextmanager
     def doing(self, purpose: str, distribution: str = "-", step: str | None = None) -> Iterator[None]:
@@ -104,7 +105,8 @@ class CallLedger:
                 if n > 0:
                     tally[key[index]] += n
             out[name] = dict(sorted(tally.items()))
-        out["seconds_by_purpose"] = {k: round(v, 4) for k, v in sorted(self.seconds.items()) if v > 0}
+        seconds = self.seconds + Counter({self.purpose: time.monotonic() - self._since})  # the current one's so far
+        out["seconds_by_purpose"] = {k: round(v, 4) for k, v in sorted(seconds.items()) if v > 0}
         return out
 
 

@@ -17,22 +17,24 @@ from kbv.verdict import Status, Verdict
 
 class CountingRunner:
     """Prepares a problem into a token; `oom_when_held`: preparing with another held runs out of memory;
-    `refused_when_held`: is refused as too large for the memory available (`live` may be another
-    runner's: one device)."""
+    `room`: with that many problems held it is refused as too large for the memory available (`live`
+    may be another runner's: one device)."""
 
     name = "standard"
 
-    def __init__(self, oom_when_held: bool = False, refused_when_held: bool = False) -> None:
+    def __init__(self, oom_when_held: bool = False, room: int = 0) -> None:
         self.prepared: list[str] = []
         self.released: list[str] = []
         self.live: set[str] = set()
         self.oom_when_held = oom_when_held
-        self.refused_when_held = refused_when_held
+        self.room = room
+        self.refusals = 0
 
     def prepare(self, pair: Pair) -> str:
         if self.oom_when_held and self.live:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        if self.refused_when_held and self.live:
+        if self.room and len(self.live) >= self.room:
+            self.refusals += 1
             raise ProblemTooLarge(f"{pair.problem.name}: too large for this machine under the verified protocol")
         self.prepared.append(pair.problem.name)
         self.live.add(pair.problem.name)
@@ -81,16 +83,33 @@ def test_a_problem_refused_beside_its_own_standard_trials_is_prepared_once_they_
     """On an 80 GB GPU, KernelBench's L1/9 (4 GiB outputs) was refused under verified, 43 GiB free:
     standard's five trials of the same problem, judged just before, still held the rest. Other problems
     go first; then the same problem's standard trials, which standard prepares again if it must."""
-    standard = CountingRunner()
-    verified = CountingRunner(refused_when_held=True)
-    verified.name, verified.live = "verified", standard.live  # one device
+    for room, released in ((1, ["2_B", "9_A"]), (2, ["2_B"])):  # the same problem's trials go only if they must
+        standard = CountingRunner()
+        verified = CountingRunner(room=room)
+        verified.name, verified.live = "verified", standard.live  # one device
+        settings = Settings(device="cpu", run_dir=tmp_path / f"run{room}", cache_dir=tmp_path / "cache")
+        lane = LocalExecutor(settings, {"standard": standard, "verified": verified})  # type: ignore[dict-item]
+        lane._context(standard, _pair("2_B"))
+        lane._context(standard, _pair("9_A"))
+        assert lane._context(verified, _pair("9_A")) == "9_A"  # prepared, not a problem failure
+        assert standard.released == released and verified.prepared == ["9_A"], room
+        assert lane._context(standard, _pair("9_A")) == "9_A"
+        assert standard.prepared == ["2_B", "9_A"] + ["9_A"] * (room == 1)  # prepared again where it was let go
+        lane.close()
+
+
+def test_a_refusal_with_nothing_held_but_failures_is_not_prepared_again(tmp_path: Path) -> None:
+    """A stored failure holds no memory: releasing it makes no room, so no preparation is repeated."""
+    runner = CountingRunner(room=1)
+    runner.live.add("something outside the lane")  # the device is short whatever the lane lets go
     settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
-    lane = LocalExecutor(settings, {"standard": standard, "verified": verified})  # type: ignore[dict-item]
-    lane._context(standard, _pair("2_B"))
-    lane._context(standard, _pair("9_A"))
-    assert lane._context(verified, _pair("9_A")) == "9_A"  # prepared, not a problem failure
-    assert standard.released == ["2_B", "9_A"] and standard.live == {"9_A"} and verified.prepared == ["9_A"]
-    assert lane._context(standard, _pair("9_A")) == "9_A" and standard.prepared == ["2_B", "9_A", "9_A"]
+    lane = LocalExecutor(settings, {"standard": runner})  # type: ignore[dict-item]
+    for name in ("1_A", "2_B"):
+        try:
+            lane._context(runner, _pair(name))
+        except ProblemTooLarge:
+            pass
+    assert runner.refusals == 2 and runner.prepared == []  # once each: 1_A's stored failure made no retry for 2_B
     lane.close()
 
 

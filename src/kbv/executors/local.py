@@ -342,36 +342,39 @@ class LocalExecutor(Executor):
 
     def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
         """`runner.prepare`; out of device memory, or refused as too large for the memory available
-        (`ProblemTooLarge`), with other problems held (under any protocol), once more after they are
-        released (a lane holds two where one fits); and still short, once more after the same problem
-        is released under the other protocols too (a problem whose standard trials take half the
-        device is prepared for verified in the whole of it; standard prepares it again if it must)."""
+        (`ProblemTooLarge`), once more after the other problems held (under any protocol) are released
+        (a lane holds two where one fits); and still short, once more after the same problem is
+        released under the other protocols too (a problem whose standard trials take half the device
+        is prepared for verified in the whole of it). A retry is made only where something was
+        released. Where the two protocols' plans of one problem cannot be held together, each of its
+        pairs prepares it again for its protocol: slower, never a refusal."""
         try:
             return runner.prepare(pair)
         except Exception as exc:
-            if not self._short_and_holding(exc):
+            if not _short_of_memory(exc):
                 raise
-        self._release_held(lambda contexts, problem: contexts is held or problem != pair.problem.hash)
-        try:
-            return runner.prepare(pair)
-        except Exception as exc:
-            if not self._short_and_holding(exc):
-                raise
-        self._release_held(lambda contexts, problem: True)
-        return runner.prepare(pair)
+            error: Exception = exc
+        for releasable in (lambda contexts, problem: contexts is held or problem != pair.problem.hash,
+                           lambda contexts, problem: True):
+            if not self._release_held(releasable):
+                continue
+            try:
+                return runner.prepare(pair)
+            except Exception as exc:
+                if not _short_of_memory(exc):
+                    raise
+                error = exc
+        raise error
 
-    def _short_and_holding(self, exc: BaseException) -> bool:
-        """Short of memory (out of device memory, or `ProblemTooLarge`) while holding a problem."""
-        return (out_of_memory(exc) or isinstance(exc, ProblemTooLarge)) and self._holds_any()
-
-    def _release_held(self, releasable: Callable[[OrderedDict[str, Any], str], bool]) -> None:
-        """Release every held problem (any protocol) that `releasable(contexts, problem)` picks."""
+    def _release_held(self, releasable: Callable[[OrderedDict[str, Any], str], bool]) -> bool:
+        """Release every held problem (any protocol) that `releasable(contexts, problem)` picks;
+        whether any prepared one went (a stored failure holds no memory)."""
+        freed = False
         for name, contexts in self._contexts.items():
             for problem in [p for p in contexts if releasable(contexts, p)]:
+                freed |= not isinstance(contexts[problem], ProblemError)
                 self._release(self.runners[name], contexts, problem)
-
-    def _holds_any(self) -> bool:
-        return any(self._contexts.values())
+        return freed
 
     def _release(self, runner: ProtocolRunner, held: OrderedDict[str, Any], problem: str) -> None:
         context = held.pop(problem)
@@ -426,6 +429,11 @@ class LocalExecutor(Executor):
 # an honest one of 200 MB goes before a neighbour's 23 GB process (`kbv.sandbox.oom`).
 OTHERS_MEMORY_SHARE = 0.25
 HOST_MEMORY_WAIT_S = 30.0  # how long a retry waits for the host's available memory to come back
+
+
+def _short_of_memory(exc: BaseException) -> bool:
+    """Out of device memory, or refused as too large for the memory available."""
+    return out_of_memory(exc) or isinstance(exc, ProblemTooLarge)
 
 
 def killed_for_others_memory(verdict: Verdict) -> bool:
