@@ -16,8 +16,8 @@ The outcome: `judged`; `refused` (with its figures); `failed` (the problem's own
 `correct` under standard.
 
 Resumable: the run directory keeps every verdict (a rerun evaluates what is missing); `--resume` keeps
-the rows of an earlier `--out` whose problems were judged or refused (a fresh machine goes on from the
-published JSON); `--markdown` writes the page (docs/kernelbench_sweep.md). Safe to kill: the problems are
+the rows of an earlier `--out` whose problems were judged, or refused on the same device (a fresh machine
+goes on from the published JSON; each row names the device that made it); `--markdown` writes the page (docs/kernelbench_sweep.md). Safe to kill: the problems are
 evaluated `--chunk` at a time, `--out` and `--markdown` rewritten after each chunk with every row so far
 (and how many are not evaluated yet), and no chunk after the first starts past `--budget` seconds.
 
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
         if f.problem in wanted:
             failures.setdefault(f.problem, {})[f.protocol or "standard"] = f.message
     sound = soundness(args.soundness)
-    return [row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound) for p in problems]
+    device = _device_name(args.device)
+    return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device} for p in problems]
 
 
 def soundness(path: str | None) -> dict[str, str]:
@@ -247,7 +248,7 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
              "and what preparing the problem cost. A problem too large for the machine is refused with its "
              "figures. A `false flag` (under verified, the identity anything but `no_custom_kernel`, or "
              "unsound on a problem the screen calls sound; under standard, not `correct`) is a bug.", "",
-             f"Made on {device} with: `{command}`", "",
+             f"Made on {_made_on(rows, device)} with: `{command}`", "",
              f"{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
              + (f"; {remaining} not evaluated yet" if remaining else "")
              + (f". Verified identity ratio: median {s['verified_ratio_median']:.3f}, "
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(f"error: no problem of {args.problems} matches --only {args.only}", file=sys.stderr)
         return 2
-    kept = _kept(args.resume, {p.key for p in problems})
+    kept = _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
     todo = [p for p in problems if p.key not in kept]
     if kept:
         print(f"{len(kept)} problems kept from {args.resume}; {len(todo)} to evaluate", flush=True)
@@ -352,11 +353,25 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r["outcome"] == "false flag" for r in every) else 0
 
 
-def _kept(path: str | None, keys: set[str]) -> dict[str, dict[str, Any]]:
+def _kept(path: str | None, keys: set[str], device: str) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier --out to keep: every judged one, and a refusal made on this same device (a
+    problem too large for one card may fit another)."""
     if not path or not Path(path).is_file():
         return {}
     rows = json.loads(Path(path).read_text()).get("rows", [])
-    return {r["problem"]: r for r in rows if r.get("problem") in keys and r.get("outcome") in KEPT}
+    return {r["problem"]: r for r in rows if r.get("problem") in keys and r.get("outcome") in KEPT
+            and (r.get("outcome") != "refused" or r.get("device") == device)}
+
+
+def _made_on(rows: list[dict[str, Any]], device: str) -> str:
+    """'NVIDIA H100 80GB HBM3': the device of every row (this one where a row names none), with the
+    count of each where they differ."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.get("device") or device] = counts.get(r.get("device") or device, 0) + 1
+    if len(counts) <= 1:
+        return next(iter(counts), device)
+    return ", ".join(f"{name} ({n} rows)" for name, n in counts.items())
 
 
 def _ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

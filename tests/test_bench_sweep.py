@@ -48,6 +48,16 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     assert "| L1/20_Huge | 256 GiB |" in page.read_text()
     again = _sweep(*args, "--resume", str(out))
     assert again.returncode == 0 and "2 problems kept" in again.stdout and "[1/" not in again.stdout
+    # a refusal made on another device is tried again (a problem too large for one card may fit another);
+    # a judged row is kept whatever made it, and the page says which device made which rows
+    data = json.loads(out.read_text())
+    for r in data["rows"]:
+        r["device"] = "NVIDIA H100 80GB HBM3"
+    out.write_text(json.dumps(data))
+    other = _sweep(*args, "--resume", str(out))
+    assert other.returncode == 0 and "1 problems kept" in other.stdout, other.stdout[-2000:]
+    assert "L1/20_Huge standard" in other.stdout and "L1/19_ReLU standard" not in other.stdout
+    assert "NVIDIA H100 80GB HBM3 (1 rows)" in page.read_text()
 
 
 def test_each_chunk_evaluates_its_own_problems_and_the_json_holds_every_row(tmp_path: Path) -> None:
