@@ -17,9 +17,10 @@ The outcome: `judged`; `refused` (with its figures); `failed` (the problem's own
 
 Resumable: the run directory keeps every verdict (a rerun evaluates what is missing); `--resume` keeps
 the rows of an earlier `--out` whose problems were judged, or refused on the same device (a fresh machine
-goes on from the published JSON; each row names the device that made it); `--markdown` writes the page (docs/kernelbench_sweep.md). Safe to kill: the problems are
-evaluated `--chunk` at a time, `--out` and `--markdown` rewritten after each chunk with every row so far
-(and how many are not evaluated yet), and no chunk after the first starts past `--budget` seconds.
+goes on from the published JSON; each row names the device that made it); `--markdown` writes the page
+(docs/kernelbench_sweep.md). Safe to kill: the problems are evaluated `--chunk` at a time, `--out` and
+`--markdown` rewritten after each chunk with every row so far (and how many are not evaluated yet), and
+no chunk after the first starts past `--budget` seconds.
 
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda \
         --out sweep.json --markdown docs/kernelbench_sweep.md [--resume docs/kernelbench_sweep.json]
