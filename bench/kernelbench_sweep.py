@@ -19,8 +19,9 @@ Resumable: the run directory keeps every verdict (a rerun evaluates what is miss
 the rows of an earlier `--out` whose problems were judged, or refused on the same device (a fresh machine
 goes on from the published JSON; each row names the device that made it); `--markdown` writes the page
 (docs/kernelbench_sweep.md). Safe to kill: the problems are evaluated `--chunk` at a time, `--out` and
-`--markdown` rewritten after each chunk with every row so far (and how many are not evaluated yet), and
-no chunk after the first starts past `--budget` seconds.
+`--markdown` rewritten each time a problem has both protocols' outcomes, with every row so far (and how
+many are not evaluated yet), so a kill loses only the problem in flight; no chunk after the first starts
+past `--budget` seconds.
 
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda \
         --out sweep.json --markdown docs/kernelbench_sweep.md [--resume docs/kernelbench_sweep.json]
@@ -39,7 +40,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -136,11 +137,14 @@ def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]
     return "judged", ""
 
 
-def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, problems: list[Any],
+        finished: Callable[[list[dict[str, Any]]], None] = lambda rows: None) -> list[dict[str, Any]]:
     """Evaluate the identity of every problem in `problems` (resuming the run directory); their rows.
 
     The candidates go to a fresh `chunk/` under --work, so only these problems' pairs are evaluated
-    (a verdict's resume key names the candidate, not its folder: earlier chunks' verdicts stay in `run/`)."""
+    (a verdict's resume key names the candidate, not its folder: earlier chunks' verdicts stay in `run/`).
+    `finished` gets the rows of this chunk's problems done so far each time a problem has both protocols'
+    outcomes, so a sweep killed mid-chunk (a device call's limit) loses only the problem in flight."""
     from kbv.api import EvalConfig, evaluate, load_report
 
     work = Path(args.work)
@@ -152,13 +156,30 @@ def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
                         time_unattributed=True)
 
     started = time.monotonic()
+    by_key = {p.key: p for p in problems}
+    seen: dict[str, dict[str, Any]] = {}  # problem -> protocol -> its verdict or problem failure
+    sound = soundness(args.soundness)
+    device = _device_name(args.device)
 
     def progress(done: int, total: int, what: Any) -> None:
-        if what is not None:
-            label = getattr(what, "status", None)
-            print(f"  [{done}/{total}] +{time.monotonic() - started:.0f}s {getattr(what, 'problem', '')} "
-                  f"{getattr(what, 'protocol', '')} {label.value if label is not None else 'problem failed'}",
-                  flush=True)
+        if what is None:
+            return
+        label = getattr(what, "status", None)
+        print(f"  [{done}/{total}] +{time.monotonic() - started:.0f}s {getattr(what, 'problem', '')} "
+              f"{getattr(what, 'protocol', '')} {label.value if label is not None else 'problem failed'}",
+              flush=True)
+        if what.problem not in by_key:
+            return
+        seen.setdefault(what.problem, {})[what.protocol or "standard"] = what
+        if len(seen[what.problem]) < 2:
+            return
+        rows = []
+        for key, outcomes in seen.items():
+            if len(outcomes) == 2:
+                rows.append({**row_of(by_key[key], {k: o for k, o in outcomes.items() if hasattr(o, "status")},
+                                      {k: o.message for k, o in outcomes.items() if not hasattr(o, "status")},
+                                      sound), "device": device})
+        finished(rows)
 
     evaluate(config, progress=progress)
     report = load_report(work / "run")
@@ -171,8 +192,6 @@ def run(args: argparse.Namespace, problems: list[Any]) -> list[dict[str, Any]]:
     for f in report.problem_failures:
         if f.problem in wanted:
             failures.setdefault(f.problem, {})[f.protocol or "standard"] = f.message
-    sound = soundness(args.soundness)
-    device = _device_name(args.device)
     return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device} for p in problems]
 
 
@@ -346,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                   + (f" (--resume {args.out})" if args.out else ""), flush=True)
             break
         print(f"chunk {i + 1}/{len(chunks)}: {len(chunk)} problems", flush=True)
-        every = _ordered([*every, *run(args, chunk)])
+        done = every
+        every = _ordered([*done, *run(args, chunk, lambda rows: write_outputs(
+            args, _ordered([*done, *rows]), len(problems) - len(done) - len(rows)))])
         write_outputs(args, every, len(problems) - len(every))
     if not chunks:
         write_outputs(args, every, 0)

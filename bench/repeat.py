@@ -125,6 +125,9 @@ def run_child(spec: dict[str, Any]) -> int:
     def show(done: int, total: int, v: Any) -> None:
         if v is None:
             return
+        if not hasattr(v, "status"):  # a problem failure (no room on the device...): no verdict to record
+            print(f"  [{done}/{total}] {v.protocol:8s} {v.problem:14s} problem failed: {v.message}", flush=True)
+            return
         print(f"  [{done}/{total}] {v.protocol:8s} {v.problem:14s} {v.candidate:24s} {v.status.value:16s} "
               f"{_fmt(speedup_of(v))}", flush=True)
         records.append({**record(v), "case": spec["case"], "run": spec["run"],

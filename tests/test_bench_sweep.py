@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from sources import RELU_PROBLEM, write_tree
@@ -88,6 +89,31 @@ def test_no_chunk_starts_past_the_budget_and_a_resumed_sweep_goes_on(tmp_path: P
     assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
     data = json.loads(out.read_text())
     assert [r["outcome"] for r in data["rows"]] == ["judged", "judged"] and data["summary"]["remaining"] == 0
+
+
+def test_a_sweep_killed_inside_a_chunk_keeps_the_problems_it_finished(tmp_path: Path) -> None:
+    """A device call's limit kills the sweep wherever it is: the rows of the chunk's finished problems are
+    already written (one chunk on an H100 took 540 s, and a kill at its end once lost all of it)."""
+    tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
+    out = tmp_path / "sweep.json"
+    args = [str(tree), "--device", "cpu", "--work", str(tmp_path / "work"), "--timer-budget", "0.3", "--seed", "3",
+            "--chunk", "8", "--out", str(out)]
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *args], env={**os.environ, "PYTHONPATH": path},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert out.exists(), "no row was written before the chunk ended"
+    finally:
+        proc.kill()
+        proc.wait()
+    data = json.loads(out.read_text())
+    assert [r["problem"] for r in data["rows"]] == ["L1/19_ReLU"] and data["rows"][0]["outcome"] == "judged"
+    assert data["summary"]["remaining"] == 1
+    rest = _sweep(*args, "--resume", str(out))
+    assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
 
 
 def test_an_identity_is_a_false_flag_under_any_verified_status_but_no_custom_kernel() -> None:

@@ -266,26 +266,53 @@ def test_a_command_that_returns_at_once_does_not_unmap_its_inputs_under_their_co
     assert outs is not None and torch.equal(outs[0], torch.relu(small))
 
 
-def test_a_device_without_room_for_the_inputs_buffer_is_the_runs_failure_not_the_candidates():
-    """An identity of KernelBench's L1/3 came out `cuda_error` on an H100: the child's `alloc` of the
-    buffer kbv sends the inputs through failed while the run's other problems held the device. That is
-    no verdict on the candidate; any other failure of the call stays what it was."""
-    from kbv.errors import RunFailure
-    from kbv.verdict import Status
+def test_no_room_for_kbvs_own_buffer_is_the_runs_failure_only_where_the_child_held_little(monkeypatch):
+    """On an H100 an identity of KernelBench's L1/11 came out `cuda_error`: the buffer kbv makes for the
+    outputs found no room while the run's other problems held the device. Whose memory filled it is
+    measured by the parent, the device's free memory before and after the child is killed: a child of
+    1 GiB is not at fault (no verdict: the run's failure); a child that holds 60 of 80 GiB is, and so
+    is one that says there was no room while the device had plenty."""
+    from kbv.errors import DeviceRoomFailure
+    from kbv.sandbox.child import _error_reply, _NoRoom
 
-    class Refusing:
-        def __init__(self, failure: Exception) -> None:
-            self.failure = failure
+    gib = 1 << 30
+    reply = _error_reply(_NoRoom("the device had no room for the 7.88 GiB buffer kbv makes in the candidate's "
+                                 "child (VmmError: cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2))", int(7.88 * gib)))
+    err = reply["error"]
+    assert err["kind"] == "room" and err["needed_bytes"] == int(7.88 * gib) and not err["traceback"]
 
-        def call(self, command: dict, timeout_s: float) -> dict:
-            assert command["op"] == "alloc"
-            raise self.failure
+    def judged(free_before: float, free_after: float) -> Exception:
+        readings = iter([(int(free_before * gib), 80 * gib), (int(free_after * gib), 80 * gib)])
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: next(readings))
+        sb = Sandbox(ChildSpec(work_dir=Path("w"), build_dir=Path("b"), device="cuda:0"))  # never started
+        sb.channel = DeviceChannel(None, torch.device("cuda", 0))
+        sb.stderr = sb.stdout = type("Quiet", (), {"total": 0, "text": lambda self, wait_s=0.0: ""})()
+        return sb._candidate_error(err, "forward")
 
-    channel = DeviceChannel(None, torch.device("cuda", 0))  # put() asks the child first: no device touched
-    x = torch.zeros(4, 4)
-    full = ChildFailure(Status.CUDA_ERROR, "VmmError: cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2) (during alloc)", {})
-    with pytest.raises(RunFailure, match="no room for the 0.00 GiB buffer"):
-        channel.put(Refusing(full), [x], 5.0)
-    crashed = ChildFailure(Status.CRASHED, "killed by SIGKILL during alloc", {})
-    with pytest.raises(ChildFailure, match="SIGKILL"):
-        channel.put(Refusing(crashed), [x], 5.0)
+    others = judged(free_before=0.5, free_after=1.5)  # the child held 1 GiB
+    assert isinstance(others, DeviceRoomFailure) and "held 1.0 GiB of the device's 80 GiB" in str(others)
+    own = judged(free_before=0.5, free_after=60.5)
+    assert isinstance(own, ChildFailure) and own.status is Status.CUDA_ERROR and "held 60 GiB" in own.message
+    forged = judged(free_before=40.0, free_after=41.0)  # room enough: the child's word is not taken
+    assert isinstance(forged, ChildFailure) and forged.status is Status.CUDA_ERROR
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("child", ["cuda"], indirect=True)
+def test_inputs_kbv_cannot_hand_over_for_others_memory_are_no_verdict(child):
+    """The device filled by the parent (as the run's other problems fill it): the buffer kbv makes in the
+    child for a 2 GiB input finds no room, and that is the run's failure, not the candidate's."""
+    from kbv.errors import DeviceRoomFailure
+
+    sb, device = child
+    free, _ = torch.cuda.mem_get_info(device)
+    blocker = torch.empty(max(free - (1 << 30), 0), dtype=torch.uint8, device=device)  # 1 GiB left free
+    try:
+        x = torch.empty(1 << 29, dtype=torch.float32)  # 2 GiB: the child is asked for its buffer first
+        with pytest.raises(DeviceRoomFailure, match="no room for the 2.00 GiB buffer"):
+            sb.put([x], CALL_S)
+    finally:
+        del blocker
+        torch.cuda.empty_cache()
+
+

@@ -63,6 +63,12 @@ class RunFailure(ProblemError):
     the failure is, and a resumed run tries the pair again."""
 
 
+class DeviceRoomFailure(RunFailure):
+    """A buffer kbv itself makes in a candidate's child (the inputs it hands over, the outputs it takes
+    back) found no room on the device while the child held little of it: the memory is the run's other
+    problems' or other processes'. A lane tries the pair once more after releasing what it holds."""
+
+
 class CandidateSourceError(KbvError):
     """Candidate input that cannot be read at all (missing path, malformed JSONL, bad layout)."""
 

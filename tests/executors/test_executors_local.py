@@ -113,6 +113,42 @@ def test_a_refusal_with_nothing_held_but_failures_is_not_prepared_again(tmp_path
     lane.close()
 
 
+def test_no_room_for_kbvs_own_buffer_releases_what_the_lane_holds_and_judges_once_more(tmp_path: Path) -> None:
+    """On an H100, KernelBench's L1/11 identity came out `cuda_error`: the buffer kbv makes for the
+    outputs found no room while the same problem's standard trials held the device. The lane lets go of
+    everything but the pair's own preparation and judges the pair again; with nothing to let go, or
+    still no room, it is the run's failure (no verdict), never the candidate's."""
+    from kbv.errors import DeviceRoomFailure
+    from kbv.executors import Job
+
+    standard, verified = CountingRunner(), CountingRunner()
+    verified.name = "verified"
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": standard, "verified": verified})  # type: ignore[dict-item]
+    for runner, name in ((standard, "2_B"), (standard, "11_A"), (verified, "11_A")):
+        lane._context(runner, _pair(name))
+    calls: list[str] = []
+
+    def evaluate_pair(job: Any, build_future: Any, clock: Any) -> str:
+        calls.append(job.protocol)
+        if len(calls) == 1 or "again" in job.key:
+            raise DeviceRoomFailure("the device had no room for the 1.00 GiB buffer kbv makes in the candidate's child")
+        return "judged"
+
+    lane._evaluate_pair = evaluate_pair
+    job = Job(_pair("11_A"), "verified", "k")
+    assert lane._judged(job, None, None) == "judged" and calls == ["verified", "verified"]  # type: ignore[arg-type]
+    assert sorted(standard.released) == ["11_A", "2_B"] and verified.released == []  # its own stays
+    again = Job(_pair("11_A"), "verified", "again")
+    try:
+        lane._judged(again, None, None)  # type: ignore[arg-type]
+        raise AssertionError("no DeviceRoomFailure")
+    except DeviceRoomFailure:
+        pass
+    assert calls == ["verified"] * 3  # nothing left to release: no second try
+    lane.close()
+
+
 def test_an_idle_lane_says_nothing_is_evaluating(tmp_path: Path) -> None:
     lane = _lane(tmp_path, CountingRunner())
     state = lane.state()

@@ -36,7 +36,7 @@ from typing import Any
 
 from kbv.builds import Build, BuildPool, as_users_file, prepare_candidate
 from kbv.candidates import Backend, Candidate, Pair
-from kbv.errors import ProblemError, ProblemRunError, RunFailure
+from kbv.errors import DeviceRoomFailure, ProblemError, ProblemRunError, RunFailure
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
 from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes
@@ -236,11 +236,11 @@ class LocalExecutor(Executor):
         self._current = (job, clock, time.monotonic())
         try:
             with measuring(clock), offering(self._take_spare):
-                verdict = self._evaluate_pair(job, build_future, clock)
+                verdict = self._judged(job, build_future, clock)
                 if killed_for_others_memory(verdict):  # once more, in a fresh child, once the host has room
                     wait_for_host_memory()
                     first = verdict.evidence
-                    verdict = self._evaluate_pair(job, build_future, clock)
+                    verdict = self._judged(job, build_future, clock)
                     if killed_for_others_memory(verdict):
                         raise RunFailure(host_memory_failure(job.pair, first, verdict.evidence))
         finally:
@@ -248,6 +248,20 @@ class LocalExecutor(Executor):
         pair_s = time.perf_counter() - t0 - clock.seconds.get("build_wait", 0.0)
         verdict = replace(verdict, evidence={**verdict.evidence, "stages_s": clock.rounded(), "pair_s": round(pair_s, 3)})
         return _naming_users_file(verdict, job.pair.candidate)
+
+    def _judged(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
+        """`_evaluate_pair`; where a buffer of kbv's own found no room on the device beside a child that
+        held little (`DeviceRoomFailure`: on an H100, KernelBench's L1/11 identity came out `cuda_error`
+        so while the same problem's standard trials held the device), once more in a fresh child after
+        every problem the lane holds but this pair's own preparation is released. Nothing released, or
+        still no room: the run's failure, stored and tried again when the run resumes."""
+        try:
+            return self._evaluate_pair(job, build_future, clock)
+        except DeviceRoomFailure:
+            mine = self._contexts.get(job.protocol)
+            if not self._release_held(lambda contexts, problem: contexts is not mine or problem != job.pair.problem.hash):
+                raise
+        return self._evaluate_pair(job, build_future, clock)
 
     def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
         runner = self.runners[job.protocol]

@@ -101,10 +101,7 @@ class DeviceChannel:
         if not tensors:
             return list(values)
         specs = [[list(t.shape), dtype_name(t.dtype)] for t in tensors]
-        try:
-            reply = sb.call({"op": "alloc", "specs": specs}, timeout_s)
-        except Exception as exc:
-            raise _room_refused(exc, tensors) from exc
+        reply = sb.call({"op": "alloc", "specs": specs}, timeout_s)  # no room: `Sandbox._no_room` says whose fault
         with stage("boundary"):
             views = self._open(reply, tensors, timeout_s)
             try:
@@ -194,20 +191,3 @@ def device_channel_supported(device: torch.device) -> bool:
 
 
 _SUPPORTED: dict[int, bool] = {}
-
-
-def _room_refused(exc: Exception, tensors: Sequence[torch.Tensor]) -> Exception:
-    """What a failed `alloc` is: where the device had no room for the buffer kbv asked the child to make
-    for its inputs, the run's failure (RunFailure: stored, tried again when the run resumes), never a
-    verdict: the memory is whoever's holds it, the run's other problems and other processes among them
-    (an identity of KernelBench's L1/3 came out `cuda_error` so on an H100). Anything else as it was."""
-    from kbv.errors import RunFailure
-    from kbv.problems import out_of_memory
-
-    status = getattr(getattr(exc, "status", None), "value", None)
-    if status != "cuda_error" or not (out_of_memory(exc) or "OUT_OF_MEMORY" in str(exc)):
-        return exc
-    nbytes = sum(t.numel() * t.element_size() for t in tensors)
-    return RunFailure(f"the device had no room for the {nbytes / 2**30:.2f} GiB buffer of inputs kbv makes in the "
-                      f"candidate's child ({str(exc)[:200]}): no verdict; the pair is tried again when the run resumes")
-

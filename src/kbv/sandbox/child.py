@@ -132,6 +132,19 @@ class Child:
             return False
         return True
 
+    def _export(self, nbytes: int) -> Any:
+        """Exportable device memory of `nbytes` for the harness's own transfers. Raises _NoRoom where
+        the device has none left: the parent tells whose memory filled it (`Sandbox._no_room`)."""
+        from kbv.sandbox import vmm
+
+        try:
+            return vmm.create(nbytes, self.device.index or 0)
+        except vmm.VmmError as exc:
+            if "OUT_OF_MEMORY" not in str(exc):
+                raise
+            raise _NoRoom(f"the device had no room for the {nbytes / 2**30:.2f} GiB buffer kbv makes in the "
+                          f"candidate's child ({exc})", nbytes) from None
+
     def op_alloc(self, cmd: dict[str, Any]) -> dict[str, Any]:
         """Exportable device memory for tensors `specs` ([shape, dtype]...): the parent copies into it while
         this process waits for its next command. Each view is cloned when a command names it."""
@@ -142,7 +155,7 @@ class Child:
         specs = [(tuple(int(d) for d in shape), dtype_from_name(dt)) for shape, dt in cmd["specs"]]
         sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in specs]
         offsets, total = vmm.packed_offsets(sizes)
-        mapping = vmm.create(total, self.device.index or 0)
+        mapping = self._export(total)
         self.inbox.append(mapping)
         self._next_slot += 1
         self.slots[self._next_slot] = [vmm.as_tensor(mapping.ptr + off, shape, dt)
@@ -480,7 +493,7 @@ class Child:
         expected = self._expected(fields)
         sizes = [_numel(shape) * torch.empty((), dtype=dt).element_size() for shape, dt in expected]
         offsets, total = vmm.packed_offsets(sizes)
-        mapping = vmm.create(total, self.device.index or 0)
+        mapping = self._export(total)
         self.exports.append(mapping)  # freed when the next command comes
         return {"buffers": [vmm.as_tensor(mapping.ptr + off, shape, dt) for off, (shape, dt) in zip(offsets, expected)],
                 "mapping": mapping, "offsets": offsets}
@@ -799,7 +812,17 @@ def classify_exception(exc: BaseException) -> str:
     return "runtime"
 
 
+class _NoRoom(Exception):
+    """The device had no room for a buffer the harness itself makes (`Child._export`)."""
+
+    def __init__(self, message: str, nbytes: int) -> None:
+        super().__init__(message)
+        self.nbytes = nbytes
+
+
 def _error_reply(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, _NoRoom):  # the harness's own buffer: whose fault is for the parent to measure
+        return {"error": {"kind": "room", "type": "", "message": str(exc), "traceback": "", "needed_bytes": exc.nbytes}}
     root = exc.__cause__ if isinstance(exc, _CompileFailure) and exc.__cause__ else exc
     # kbv's own words: no class name goes with them, and no traceback of kbv's frames
     plain = isinstance(root, _CompileFailure)

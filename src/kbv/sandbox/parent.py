@@ -137,6 +137,12 @@ def kill_all_children() -> int:
     return killed
 
 
+# A candidate's child that held under this share of the device when kbv's own buffer found no room
+# there did not fill it (`Sandbox._no_room`); the slack allows for the driver's granularity.
+ROOM_SHARE = 0.25
+ROOM_SLACK_BYTES = 256 << 20
+
+
 class ChildFailure(Exception):
     """The child cannot answer: it crashed, timed out, or reported a failure of the candidate."""
 
@@ -429,6 +435,8 @@ class Sandbox:
 
     def _candidate_error(self, err: dict[str, Any], op: str) -> ChildFailure:
         kind = err.get("kind")
+        if kind == "room" and isinstance(self.channel, DeviceChannel):
+            return self._no_room(err, op)
         status = {"compile": Status.COMPILE_ERROR, "cuda": Status.CUDA_ERROR}.get(kind, Status.RUNTIME_ERROR)
         if kind not in ("compile", "cuda", "runtime"):
             # only the harness says "harness", and only for a command it does not know; kbv sends none
@@ -444,6 +452,35 @@ class Sandbox:
         if status is Status.CUDA_ERROR:
             self.kill()  # a child is never reused after a device error
         return ChildFailure(status, f"{message.splitlines()[0][:300] if message else kind} (during {op})", evidence)
+
+    def _no_room(self, err: dict[str, Any], op: str) -> Exception:
+        """The child found no room on the device for a buffer of kbv's own. Whose memory filled it is
+        measured, not taken from the child: the device's free memory before and after the child is
+        killed (it is never reused after a device error) is what the child held. Where that is under
+        ROOM_SHARE of the device and the device really was short of the buffer, the memory is others'
+        (the run's other problems, other processes): DeviceRoomFailure, no verdict, the pair tried
+        again. Otherwise the candidate's child filled the device itself: its `cuda_error`, with the
+        figures. (A child that forges the frame without the device being short is judged; one that
+        forges it while others fill the device only has its pair tried again, never passed.)"""
+        import torch
+
+        from kbv.errors import DeviceRoomFailure
+        from kbv.footprint import format_bytes
+
+        assert isinstance(self.channel, DeviceChannel)
+        device = self.channel.device
+        free_before, total = torch.cuda.mem_get_info(device)
+        self.kill()
+        free_after, _ = torch.cuda.mem_get_info(device)
+        held = max(free_after - free_before, 0)
+        needed = err.get("needed_bytes")
+        needed = needed if isinstance(needed, int) and needed > 0 else 0
+        message = str(err.get("message", "")).splitlines()[0][:300] if err.get("message") else "no room on the device"
+        figures = f"the candidate's child held {format_bytes(held)} of the device's {format_bytes(total)}"
+        if held < ROOM_SHARE * total and free_before < needed + ROOM_SLACK_BYTES:
+            return DeviceRoomFailure(f"{message} (during {op}): {figures}, the rest the run's and other processes': "
+                                     "no verdict; the pair is tried again")
+        return ChildFailure(Status.CUDA_ERROR, f"{message} (during {op}): {figures}", self.evidence())
 
     def evidence(self, returncode: int | None = None) -> dict[str, Any]:
         ev: dict[str, Any] = {
