@@ -152,6 +152,44 @@ def test_the_seconds_of_a_purpose_leave_out_those_of_the_purposes_inside_it():
     assert sum(s.values()) <= time.monotonic() - started
 
 
+@pytest.mark.parametrize("slow_move", [False, True])
+def test_truth_goes_to_host_memory_only_where_moving_it_costs_less_than_making_it_again(tmp_path, monkeypatch,
+                                                                                        slow_move):
+    """A plan that keeps the trials' truth in host memory (a GPU short of room) moves each truth there
+    once and back for each candidate. On an H100, KernelBench's L1/9 spent 47 of its 50 s of preparation
+    moving ten 4 GiB truths, each made in 0.2 s: where a move takes longer than making the trial, every
+    trial's truth is made again for each candidate instead, the ones already moved included."""
+    from kbv.protocols.verified.prepare import TrialData
+
+    if slow_move:  # a CPU's move is free: a slow one, as a GPU's of GBs to pageable memory
+        real = TrialData.settle
+
+        def settle(self, hold, truth_home=None):
+            if truth_home is not None:
+                time.sleep(0.3)
+            real(self, hold, truth_home)
+
+        monkeypatch.setattr(TrialData, "settle", settle)
+    path = write_tree(tmp_path, {"level1/1_P.py": GELU}) / "level1" / "1_P.py"
+    problem = load_problem_file(path)
+    plan = VerifiedPlan(Hold.TRUTH, 10, "host", 1 << 30, Need(0, 0))
+    prepared = prepare_trials(problem, VerifiedProtocol(), torch.device("cpu"), b"\x07" * 16, plan=plan,
+                              footprint=problem_footprint(problem))
+    record = prepared.host_hold.record()
+    made = prepared.ledger.total
+    for t in prepared.trials:  # what a candidate's correctness reads
+        assert t.evaluation.truth
+        t.release()
+    if slow_move:
+        assert record["host_truth"] == "made again for each candidate" and record["host_move_s"] >= 0.3
+        assert all(t.hold is Hold.NONE and t.truth_home is None for t in prepared.trials)
+        assert prepared.ledger.total - made == 20  # a baseline and a truth for each trial
+    else:
+        assert record["host_truth"] == "kept in host memory"
+        assert all(t.hold is Hold.TRUTH and t.truth_home == torch.device("cpu") for t in prepared.trials)
+        assert prepared.ledger.total == made
+
+
 def test_a_prepared_problem_says_where_its_seconds_went(tmp_path):
     s = _prepare(tmp_path, GELU, Hold.TRUTH).ledger.summary()["seconds_by_purpose"]
     assert {"truth", "baseline", "screen", "trial", "hold"} <= set(s), s

@@ -16,6 +16,8 @@ purpose, distribution and precision (`kbv.ledger`). The problem's source runs on
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
@@ -201,6 +203,7 @@ class PreparedProblem:
     screen: Screen | None = None  # what the screen found while the trials were made (None: not screened)
     screen_sensitive: bool = False  # ... with the per-input sensitivity test (`kbv problems check`)
     plan: VerifiedPlan | None = None  # how its memory is held (None: its footprint is unknown)
+    host_hold: HostHoldCosts = field(default_factory=lambda: HostHoldCosts())  # a plan's truth in host memory, or made again
     keep_all: bool | None = None  # without a plan: whether every trial is kept (decided on the first made)
     preparation: dict[str, Any] = field(default_factory=dict)  # what preparing it cost (calls, seconds, memory)
     # timing (prepare_timing)
@@ -319,8 +322,13 @@ def _make(prepared: PreparedProblem, trials: list[TrialData], dist: str, made: i
     trials the problem will have at most)."""
     ledger = prepared.ledger
     for k, trial in enumerate(trials):
+        fresh, t = not trial.made, time.perf_counter()  # a calibrated first trial comes made
         with ledger.doing("trial", dist, step=f"truth {made + 1}/{total} ({dist})"):
             ev = trial.evaluation  # made now, while the step is on the heartbeat
+        if fresh:
+            if prepared.reference.device.type == "cuda":
+                torch.cuda.synchronize(prepared.reference.device)  # its calls' kernels done: their time counted
+            prepared.host_hold.made(time.perf_counter() - t)
         prepared.output_like = prepared.output_like or _like(ev.baseline)
         del ev
         made += 1
@@ -329,11 +337,11 @@ def _make(prepared: PreparedProblem, trials: list[TrialData], dist: str, made: i
                 tally.add(prepared, trials)
         held = sum(1 for t in prepared.trials + trials[:k] if t.hold is not Hold.NONE)
         with ledger.doing("hold", dist):
-            _settle(prepared, trial, held, total)
+            _settle(prepared, trial, held, total, trials[:k])
     return made
 
 
-def _settle(prepared: PreparedProblem, trial: TrialData, held: int, total: int) -> None:
+def _settle(prepared: PreparedProblem, trial: TrialData, held: int, total: int, siblings: list[TrialData]) -> None:
     """What `trial` keeps, `held` trials already keeping something: the plan's hold while the plan
     holds more; without a plan (an unknown footprint), everything where `total` trials' tensors fit
     KEEP_BUDGET_BYTES as the first one's do, else nothing."""
@@ -345,7 +353,55 @@ def _settle(prepared: PreparedProblem, trial: TrialData, held: int, total: int) 
         trial.settle(Hold.ALL if prepared.keep_all else Hold.NONE)
         return
     hold = plan.hold if held < plan.held else Hold.NONE
-    trial.settle(hold, torch.device("cpu") if plan.truth_home == "host" else None)
+    if hold is not Hold.TRUTH or plan.truth_home != "host":
+        trial.settle(hold)
+        return
+    costs = prepared.host_hold
+    if not costs.remake:
+        t = time.perf_counter()
+        trial.settle(Hold.TRUTH, torch.device("cpu"))
+        costs.moved(time.perf_counter() - t)
+        if not costs.remake:
+            return
+    # made again for each candidate: this trial, and those already in host memory, whose moves back
+    # would cost as much again for each candidate (`siblings`: the distribution's made before it)
+    for kept in prepared.trials + siblings + [trial]:
+        if kept is trial or kept.truth_home is not None:
+            kept.settle(Hold.NONE)
+
+
+@dataclass
+class HostHoldCosts:
+    """Whether a trial's truth is cheaper to keep in host memory or to make again. A truth kept there
+    is moved there once and back to the device for each candidate; one not kept is made again for each
+    candidate (a reference call in float64). Where a move takes longer than making the trial (KernelBench's
+    L1/9 on an H100: 4 GiB of float64 truth, moved in 4.6 s, made in 0.2 s; 47 of its 50 s of
+    preparation went to moving ten of them), the trials' truth is made again instead (`remake`), the
+    ones already moved included. Decided on the medians of what was measured, both at hand."""
+
+    make_s: list[float] = field(default_factory=list)
+    move_s: list[float] = field(default_factory=list)
+    remake: bool = False
+
+    def made(self, seconds: float) -> None:
+        self.make_s.append(seconds)
+        self._decide()
+
+    def moved(self, seconds: float) -> None:
+        self.move_s.append(seconds)
+        self._decide()
+
+    def _decide(self) -> None:
+        if self.make_s and self.move_s:
+            self.remake = statistics.median(self.move_s) > statistics.median(self.make_s)
+
+    def record(self) -> dict[str, Any]:
+        """What the evidence says of it (nothing where no truth went to host memory)."""
+        if not self.move_s:
+            return {}
+        return {"host_truth": "made again for each candidate" if self.remake else "kept in host memory",
+                "host_move_s": round(statistics.median(self.move_s), 4),
+                "trial_make_s": round(statistics.median(self.make_s), 4) if self.make_s else None}
 
 
 def _calibrated_first(prepared: PreparedProblem, dist: str, pins: dict[str, str | None],

@@ -176,7 +176,7 @@ class VerifiedRunner:
                 raise
             ledger.deadline = None  # bounds preparation only: a trial remade for a candidate is not preparation
             prepared.preparation = {**ledger.summary(), "seconds": round(time.monotonic() - t0, 3),
-                                    "findings_kept": known is not None,
+                                    "findings_kept": known is not None, **prepared.host_hold.record(),
                                     "memory": plan.describe() if plan is not None else "footprint unknown",
                                     **({"footprint": footprint_record(footprint)} if footprint is not None else {})}
         return prepared
