@@ -27,7 +27,7 @@ from kbv.detect.evidence import (
     poison_shown,
     retained_state,
 )
-from kbv.distributions import DISTRIBUTIONS, is_continuous, trial_seed
+from kbv.distributions import DISTRIBUTIONS, has_structural_zeros, is_continuous, trial_seed
 from kbv.inputs import tensor_bytes
 from kbv.protocols.verified.prepare import PreparedProblem, TrialData
 from kbv.protocols.verified.rules import (
@@ -336,7 +336,9 @@ def _reuse_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProt
     """Rewrite a few values of the last trial's inputs in place (same tensors, same pointers: the child
     kept them) and check. A cache keyed on pointers, identities or a sample of values still hits, and
     returns what it stored for the old values; changing few elements keeps sampled keys unchanged
-    with high probability, and still moves the true output well past the tolerance."""
+    with high probability, and still moves the true output well past the tolerance. A probe that
+    fails is a stale result (`result_cache`) only where the outputs are the old values' truth; an
+    output that is neither is wrong on the new values, and fails as such."""
     trial = prepared.trials[-1]
     device = next((x.device for x in trial.inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     gen = torch.Generator(device=device).manual_seed(trial_seed(prepared.secret, prepared.problem.hash, "reuse", 0))
@@ -349,21 +351,47 @@ def _reuse_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProt
         probe_trial = TrialData(f"{trial.distribution}/reuse", probe, trial.weight_seed,
                                 lambda inputs=inputs, ev=ev: (inputs, {}, ev))
         rec, category = judge_trial(probe_trial, run, protocol)
+        stale = category is not None and _stale(sb, trial, probe_trial, inputs, run, protocol, deadline)
         # this probe's inputs, truth and outputs go before the next one's reference call (`kbv.memory_plan`)
         del inputs, ev, run, probe_trial
         if category is not None:
-            result.categories.append(Category.RESULT_CACHE)
-            result.notes.append(f"new values written into the same input memory gave a stale result ({rec.note})")
+            if stale:
+                result.categories.append(Category.RESULT_CACHE)
+                result.notes.append(f"new values written into the same input memory gave the old values' result ({rec.note})")
+            else:
+                result.categories.append(category)
+                result.notes.append(f"wrong on new values written into the same input memory ({rec.note})")
             result.trials.append(rec)
             return
 
 
+def _stale(sb: Sandbox, trial: TrialData, probe: TrialData, inputs: list[Any], run: Forward,
+           protocol: VerifiedProtocol, deadline: float) -> bool:
+    """Whether a failed reuse probe's outputs are a stale result: the old values' truth (a cache keyed
+    on a sample of the values), or right once the same new values come in fresh memory (a cache keyed
+    on pointers or identities, whose entry may be any earlier call's). Else the candidate is wrong on
+    the new values themselves. One more forward, on a failure only."""
+    if run.outputs is not None and judge_outputs(run.outputs, trial.evaluation.truth, trial.evaluation.baseline_err,
+                                                 protocol.tolerance).passed:
+        return True
+    fresh = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    again = forward(sb, fresh, probe.evaluation.baseline, deadline)
+    del fresh
+    return judge_trial(probe, again, protocol)[1] is None
+
+
 def _some_new(x: torch.Tensor, gen: torch.Generator, fraction: float) -> torch.Tensor:
     """`x` with a `fraction` of its elements (at least one) swapped for other elements of `x`, scaled:
-    new values of the same distribution at random places."""
+    new values of the same distribution at random places. An input with structural zeros (a
+    triangular matrix) keeps them, as the trials' draws do (`kbv.distributions`): only its nonzero
+    elements change, to nonzero values, and a kernel that skips the zero half stays right."""
     flat = x.reshape(-1).clone()  # (numel,)
-    n = max(1, int(flat.numel() * fraction))
-    where = torch.randperm(flat.numel(), generator=gen, device=x.device)[:n]
-    source = torch.randint(0, flat.numel(), (n,), generator=gen, device=x.device)
-    flat[where] = flat[source] * 1.5 + (flat[source] == 0).to(flat.dtype)  # keeps the sign: domains hold
+    places = flat.nonzero().reshape(-1) if has_structural_zeros(x) else None
+    count = flat.numel() if places is None or places.numel() == 0 else places.numel()
+    n = max(1, int(count * fraction))
+    picked = torch.randperm(count, generator=gen, device=x.device)[:n]
+    source = torch.randint(0, count, (n,), generator=gen, device=x.device)
+    if places is not None and places.numel():
+        picked, source = places[picked], places[source]
+    flat[picked] = flat[source] * 1.5 + (flat[source] == 0).to(flat.dtype)  # keeps the sign: domains hold
     return flat.reshape(x.shape)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from kbv.compare import Tolerance
 from kbv.protocols import fingerprint
 
-PROTOCOL_VERSION = "kbv-verified-1.6"  # 1.6: a reference that keeps state across calls is unsound
+PROTOCOL_VERSION = "kbv-verified-1.7"  # 1.7: the reuse probe keeps structural zeros, and calls only a stale result a cache
 
 # correctness
 SENTINEL = -7.3e37  # the second run's poison: a value no honest kernel writes
