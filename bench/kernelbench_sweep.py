@@ -337,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="write the rows (and the summary) as JSON here")
     ap.add_argument("--markdown", default=None, help="write the page here (docs/kernelbench_sweep.md)")
     ap.add_argument("--chunk", type=int, default=8, help="problems a chunk: the outputs are written after each")
+    ap.add_argument("--refused-last", default=None, metavar="PLANS_JSON",
+                    help="bench/kernelbench_plans.py's --out for this device's size: the problems it plans to "
+                         "refuse under verified are evaluated after every other one")
     ap.add_argument("--budget", type=float, default=0.0,
                     help="seconds since the start after which no chunk but the first starts (0: none)")
     args = ap.parse_args(argv)
@@ -355,6 +358,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kept = _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
     todo = [p for p in problems if p.key not in kept]
+    if args.refused_last:
+        try:
+            todo = refused_last(todo, Path(args.refused_last))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"error: --refused-last {args.refused_last}: {exc}", file=sys.stderr)
+            return 2
     if kept:
         print(f"{len(kept)} problems kept from {args.resume}; {len(todo)} to evaluate", flush=True)
     every = _ordered(list(kept.values()))
@@ -373,6 +382,14 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(args, every, 0)
     print_table(every, len(problems) - len(every))
     return 1 if any(r["outcome"] == "false flag" for r in every) else 0
+
+
+def refused_last(problems: list[Any], plans: Path) -> list[Any]:
+    """`problems` with those the plans (bench/kernelbench_plans.py's JSON) refuse under verified moved
+    to the end, each group in its order: a device call goes to problems that can be judged first (on an
+    H100, each 6 GiB elementwise problem took 90 s of standard pairs, then was refused under verified)."""
+    refused = {r["problem"] for r in json.loads(plans.read_text())["rows"] if r.get("outcome") == "refused"}
+    return [p for p in problems if p.key not in refused] + [p for p in problems if p.key in refused]
 
 
 def _kept(path: str | None, keys: set[str], device: str) -> dict[str, dict[str, Any]]:

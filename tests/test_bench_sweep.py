@@ -116,6 +116,21 @@ def test_a_sweep_killed_inside_a_chunk_keeps_the_problems_it_finished(tmp_path: 
     assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
 
 
+def test_problems_the_plans_refuse_are_evaluated_last_and_a_bad_plans_file_is_one_line(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({"rows": [{"problem": "L1/19_ReLU", "outcome": "refused"},
+                                          {"problem": "L2/1_Other", "outcome": "held"}]}))
+    args = [str(tree), "--device", "cpu", "--work", str(tmp_path / "work"), "--timer-budget", "0.3", "--seed", "3",
+            "--chunk", "1", "--budget", "0.001", "--out", str(tmp_path / "sweep.json")]
+    first = _sweep(*args, "--refused-last", str(plans))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "L2/1_Other standard" in first.stdout and "L1/19_ReLU" not in first.stdout  # the one planned to fit first
+    plans.write_text("{not json")
+    bad = _sweep(*args, "--refused-last", str(plans))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --refused-last") and "Traceback" not in bad.stderr
+
+
 def test_an_identity_is_a_false_flag_under_any_verified_status_but_no_custom_kernel() -> None:
     """An identity's device error (KernelBench's L1/3 on an H100: `cuda_error`, the device full of the
     run's other problems) is a false flag like `incorrect`, never `judged`."""
