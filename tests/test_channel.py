@@ -282,8 +282,12 @@ def test_no_room_for_kbvs_own_buffer_is_the_runs_failure_only_where_the_child_he
     assert err["kind"] == "room" and err["needed_bytes"] == int(7.88 * gib) and not err["traceback"]
 
     def judged(free_before: float, free_after: float) -> Exception:
-        readings = iter([(int(free_before * gib), 80 * gib), (int(free_after * gib), 80 * gib)])
-        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: next(readings))
+        readings = [(int(free_before * gib), 80 * gib)]  # before the kill; every reading after it: free_after
+
+        def mem_get_info(device=None):
+            return readings.pop(0) if readings else (int(free_after * gib), 80 * gib)
+
+        monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
         sb = Sandbox(ChildSpec(work_dir=Path("w"), build_dir=Path("b"), device="cuda:0"))  # never started
         sb.channel = DeviceChannel(None, torch.device("cuda", 0))
         sb.stderr = sb.stdout = type("Quiet", (), {"total": 0, "text": lambda self, wait_s=0.0: ""})()

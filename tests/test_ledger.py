@@ -149,7 +149,7 @@ def test_the_seconds_of_a_purpose_leave_out_those_of_the_purposes_inside_it():
     s = ledger.summary()["seconds_by_purpose"]
     # the trial's own 0.1 s, without the truth's 0.6 s inside it (a loaded machine only adds a little)
     assert s["truth"] >= 0.6 and 0.1 <= s["trial"] < 0.5 and s["hold"] >= 0.1
-    assert sum(s.values()) <= time.monotonic() - started
+    assert sum(s.values()) <= time.monotonic() - started + 0.001 * len(s)  # each rounded to 0.1 ms
 
 
 @pytest.mark.parametrize("slow_move", [False, True])

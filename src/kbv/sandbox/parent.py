@@ -137,6 +137,22 @@ def kill_all_children() -> int:
     return killed
 
 
+def _freed(device: Any, before: int, settle_s: float = 2.0) -> int:
+    """The device's free memory once a killed child's has come back: read until it stops rising
+    (two readings alike) or `settle_s` passes (the driver frees a process's memory as it exits)."""
+    import torch
+
+    deadline = time.monotonic() + settle_s
+    last = int(torch.cuda.mem_get_info(device)[0])
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = int(torch.cuda.mem_get_info(device)[0])
+        if now == last and now > before:
+            break
+        last = now
+    return last
+
+
 # A candidate's child that held under this share of the device when kbv's own buffer found no room
 # there did not fill it (`Sandbox._no_room`); the slack allows for the driver's granularity.
 ROOM_SHARE = 0.25
@@ -471,7 +487,7 @@ class Sandbox:
         device = self.channel.device
         free_before, total = torch.cuda.mem_get_info(device)
         self.kill()
-        free_after, _ = torch.cuda.mem_get_info(device)
+        free_after = _freed(device, free_before)
         held = max(free_after - free_before, 0)
         needed = err.get("needed_bytes")
         needed = needed if isinstance(needed, int) and needed > 0 else 0
