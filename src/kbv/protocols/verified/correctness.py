@@ -337,8 +337,8 @@ def _reuse_probes(sb: Sandbox, prepared: PreparedProblem, protocol: VerifiedProt
     kept them) and check. A cache keyed on pointers, identities or a sample of values still hits, and
     returns what it stored for the old values; changing few elements keeps sampled keys unchanged
     with high probability, and still moves the true output well past the tolerance. A probe that
-    fails is a stale result (`result_cache`) only where the outputs are the old values' truth; an
-    output that is neither is wrong on the new values, and fails as such."""
+    fails is a stale result (`result_cache`) only where `_stale` says so; otherwise the candidate is
+    wrong on the new values, and fails as such."""
     trial = prepared.trials[-1]
     device = next((x.device for x in trial.inputs if isinstance(x, torch.Tensor)), torch.device("cpu"))
     gen = torch.Generator(device=device).manual_seed(trial_seed(prepared.secret, prepared.problem.hash, "reuse", 0))
