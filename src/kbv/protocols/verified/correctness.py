@@ -389,7 +389,9 @@ def _some_new(x: torch.Tensor, gen: torch.Generator, fraction: float) -> torch.T
     places = flat.nonzero().reshape(-1) if has_structural_zeros(x) else None
     count = flat.numel() if places is None or places.numel() == 0 else places.numel()
     n = max(1, int(count * fraction))
-    picked = torch.randperm(count, generator=gen, device=x.device)[:n]
+    # places drawn independently, not a permutation of all `count`: torch's permutation of a 6 GiB
+    # input sorts 24 GiB of keys on the device, and refuses more than 2**31 elements (cub's sort)
+    picked = torch.randint(0, count, (n,), generator=gen, device=x.device)
     source = torch.randint(0, count, (n,), generator=gen, device=x.device)
     if places is not None and places.numel():
         picked, source = places[picked], places[source]
