@@ -161,6 +161,12 @@ def run(args: argparse.Namespace, problems: list[Any],
     sound = soundness(args.soundness)
     device = _device_name(args.device)
 
+    if (work / "run").is_dir():  # what the run directory holds already resumes without a progress call
+        earlier = load_report(work / "run")
+        for v in [*earlier.verdicts, *earlier.problem_failures]:
+            if v.problem in by_key:
+                seen.setdefault(v.problem, {})[v.protocol or "standard"] = v
+
     def progress(done: int, total: int, what: Any) -> None:
         if what is None:
             return

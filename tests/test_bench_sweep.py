@@ -116,6 +116,41 @@ def test_a_sweep_killed_inside_a_chunk_keeps_the_problems_it_finished(tmp_path: 
     assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
 
 
+def test_a_problem_half_judged_by_an_earlier_call_is_written_as_soon_as_its_other_half_is(tmp_path: Path) -> None:
+    """On a warm GPU box a sweep call goes on from the run directory the call before left: a problem whose
+    standard pair was judged there and whose verified pair is judged now is written at once, and so is
+    one the earlier call finished (on an H200 four such rows were missing when the call's limit came)."""
+    tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
+    work = tmp_path / "work"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from kernelbench_sweep import write_candidates\n"
+            "from kbv.api import EvalConfig, evaluate\nfrom kbv.problems import load_problems\n"
+            "problems = [p for p in load_problems(sys.argv[2]) if p.key == 'L1/19_ReLU']\n"
+            "write_candidates(problems, __import__('pathlib').Path(sys.argv[3]) / 'chunk')\n"
+            "evaluate(EvalConfig(candidates=sys.argv[3] + '/chunk', problems=sys.argv[2], protocol='standard', "
+            "device='cpu', run_dir=sys.argv[3] + '/run', timer_budget_s=0.3, timeout_s=600.0, seed=3, "
+            "time_unattributed=True))\n")
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    subprocess.run([sys.executable, "-c", code, str(ROOT / "bench"), str(tree), str(work)], env=env, check=True,
+                   capture_output=True, timeout=600)
+    out = tmp_path / "sweep.json"
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(tree), "--device", "cpu", "--work", str(work),
+                             "--timer-budget", "0.3", "--seed", "3", "--chunk", "8", "--out", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first = json.loads(out.read_text())  # the first write, before the chunk's end rewrites it
+    finally:
+        proc.kill()
+        stdout = proc.communicate()[0]
+    assert "L1/19_ReLU" in [r["problem"] for r in first["rows"]]
+    row = next(r for r in first["rows"] if r["problem"] == "L1/19_ReLU")
+    assert row["standard"]["status"] == "correct" and row["outcome"] == "judged"
+    assert "L1/19_ReLU standard" not in stdout  # taken from the run directory, not evaluated again
+
+
 def test_problems_the_plans_refuse_are_evaluated_last_and_a_bad_plans_file_is_one_line(tmp_path: Path) -> None:
     tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
     plans = tmp_path / "plans.json"
