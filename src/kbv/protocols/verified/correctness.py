@@ -381,7 +381,7 @@ def _stale(sb: Sandbox, trial: TrialData, probe: TrialData, inputs: list[Any], r
 
 
 def _some_new(x: torch.Tensor, gen: torch.Generator, fraction: float) -> torch.Tensor:
-    """`x` with a `fraction` of its elements (at least one) swapped for other elements of `x`, scaled:
+    """`x` with about a `fraction` of its elements (at least one) swapped for other elements of `x`, scaled:
     new values of the same distribution at random places. An input with structural zeros (a
     triangular matrix) keeps them, as the trials' draws do (`kbv.distributions`): only its nonzero
     elements change, to nonzero values, and a kernel that skips the zero half stays right."""
