@@ -339,6 +339,9 @@ def test_a_candidate_out_of_device_memory_that_others_took_is_no_verdict(monkeyp
     assert own.message.startswith("OutOfMemoryError: CUDA out of memory") and "held 120 GiB" in own.message
     roomy = judged(free_before=60.0, free_after=97.0)  # room enough for 4 GiB: a candidate's fragmentation
     assert isinstance(roomy, ChildFailure) and roomy.status is Status.RUNTIME_ERROR
+    err["needed_bytes"] = 280 * gib  # twice the device: no one else's memory would have made room for it
+    greedy = judged(free_before=100.0, free_after=101.0)
+    assert isinstance(greedy, ChildFailure) and greedy.status is Status.RUNTIME_ERROR
 
 
 @pytest.mark.gpu
@@ -360,3 +363,48 @@ def test_inputs_kbv_cannot_hand_over_for_others_memory_are_no_verdict(child):
         torch.cuda.empty_cache()
 
 
+
+ALLOCATES = '''\
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, nbytes):
+        scratch = torch.empty(int(nbytes), dtype=torch.uint8, device=x.device)
+        return x + scratch[:1].float()
+'''
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("child", ["cuda"], indirect=True)
+def test_a_forward_out_of_memory_that_the_parent_took_is_no_verdict(child, tmp_path):
+    """The device filled by the parent (as kbv's trials of a large problem fill it): a forward that needs
+    2 GiB finds none, and that is the run's failure, not the candidate's."""
+    from kbv.errors import DeviceRoomFailure
+
+    sb, device = child
+    _load(sb, tmp_path, ALLOCATES)
+    x = torch.randn(8, device=device)
+    free, _ = torch.cuda.mem_get_info(device)
+    blocker = torch.empty(max(free - (1 << 30), 0), dtype=torch.uint8, device=device)  # 1 GiB left free
+    try:
+        with pytest.raises(DeviceRoomFailure, match="CUDA out of memory"):
+            sb.call({"op": "forward", "inputs": sb.put([x, 2 << 30], CALL_S), **sb.expect([x])[0]}, CALL_S)
+    finally:
+        del blocker
+        torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("child", ["cuda"], indirect=True)
+def test_a_forward_that_asks_for_more_than_the_device_has_is_its_own_runtime_error(child, tmp_path):
+    """On a device with room, a forward that asks for twice the whole device is the candidate's own
+    `runtime_error`, with the figures."""
+    sb, device = child
+    _load(sb, tmp_path, ALLOCATES)
+    x = torch.randn(8, device=device)
+    _, total = torch.cuda.mem_get_info(device)
+    with pytest.raises(ChildFailure) as failure:
+        sb.call({"op": "forward", "inputs": sb.put([x, 2 * total], CALL_S), **sb.expect([x])[0]}, CALL_S)
+    assert failure.value.status is Status.RUNTIME_ERROR and "OutOfMemoryError" in failure.value.message

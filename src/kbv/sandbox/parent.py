@@ -479,7 +479,8 @@ class Sandbox:
         others held (the parent's problems, other processes: on an H200 the parent held 100 GiB for a
         4 GiB problem's trials while its identity's child of 37 GiB found no room for its output), and
         the device really was short of the buffer, the memory is others': DeviceRoomFailure, no
-        verdict, the pair tried again. Otherwise the candidate's child filled the device itself: its
+        verdict, the pair tried again. Otherwise (a request larger than the device, beside what the child
+        held, is the child's own too) the candidate's child filled the device itself: its
         `cuda_error` for kbv's buffer, its `runtime_error` for its own, with the figures. (A child that
         forges the frame without the device being short is judged; one that forges it while others
         fill the device only has its pair tried again, never passed.)"""
@@ -500,7 +501,10 @@ class Sandbox:
         others = max(total - free_before - held, 0)
         figures = (f"the candidate's child held {format_bytes(held)} of the device's {format_bytes(total)}, "
                    f"others {format_bytes(others)}")
-        if held < max(ROOM_SHARE * total, others) and free_before < needed + ROOM_SLACK_BYTES:
+        # others' doing: the child held little next to them, the device was short of the request, and the
+        # request would have fit beside what the child held had the others not been there
+        if held < max(ROOM_SHARE * total, others) and free_before < needed + ROOM_SLACK_BYTES \
+                and held + needed <= total:
             return DeviceRoomFailure(f"{message} (during {op}): {figures}, the run's and other processes': "
                                      "no verdict; the pair is tried again")
         if err.get("candidate"):
