@@ -221,8 +221,8 @@ def _signatures(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> dict[
 def _resumed(out: str | None, keys: dict[str, str]) -> dict[str, Any]:
     """The parts an earlier run left in `out` that were measured as this one would measure them, and
     whose run directories are still there (the served arm's cached answers need its run; the
-    verdicts' comparison needs both). An eval segment still marked running was cut off before it
-    could say how long it ran: its arm starts again."""
+    verdicts' comparison needs both; an eval arm that stored nothing yet may have none). An eval
+    segment still marked running was cut off before it could say how long it ran: its arm starts again."""
     if not out or not Path(out).is_file():
         return {}
     try:
@@ -234,7 +234,9 @@ def _resumed(out: str | None, keys: dict[str, str]) -> dict[str, Any]:
         return {}
     result: dict[str, Any] = {}
     arm = kept.get("eval")
-    if isinstance(arm, dict) and "running" not in arm and Path(kept.get("eval_run", "")).is_dir():
+    # a segment stopped before kbv eval made its run directory stored nothing: its time still counts
+    there = bool(kept.get("eval_run")) and (Path(kept["eval_run"]).is_dir() or (isinstance(arm, dict) and arm.get("pairs") == 0))
+    if isinstance(arm, dict) and "running" not in arm and there:
         result.update({k: kept[k] for k in ("eval", "eval_run")})
         if (kept.get("signature") == keys["all"] and "serve" in kept and Path(kept.get("serve_run", "")).is_dir()
                 and arm.get("complete")):
