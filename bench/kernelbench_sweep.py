@@ -146,6 +146,7 @@ def run(args: argparse.Namespace, problems: list[Any],
     `finished` gets the rows of this chunk's problems done so far each time a problem has both protocols'
     outcomes, so a sweep killed mid-chunk (a device call's limit) loses only the problem in flight."""
     from kbv.api import EvalConfig, evaluate, load_report
+    from kbv.store import DB_NAME
 
     work = Path(args.work)
     shutil.rmtree(work / "chunk", ignore_errors=True)
@@ -161,9 +162,9 @@ def run(args: argparse.Namespace, problems: list[Any],
     sound = soundness(args.soundness)
     device = _device_name(args.device)
 
-    if (work / "run").is_dir():  # what the run directory holds already resumes without a progress call
+    if (work / "run" / DB_NAME).is_file():  # what the run directory holds resumes without a progress call
         earlier = load_report(work / "run")
-        for v in [*earlier.verdicts, *earlier.problem_failures]:
+        for v in [*earlier.problem_failures, *earlier.verdicts]:  # a verdict stands over a failure
             if v.problem in by_key:
                 seen.setdefault(v.problem, {})[v.protocol or "standard"] = v
 

@@ -235,7 +235,8 @@ def _resumed(out: str | None, keys: dict[str, str]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     arm = kept.get("eval")
     # a segment stopped before kbv eval made its run directory stored nothing: its time still counts
-    there = bool(kept.get("eval_run")) and (Path(kept["eval_run"]).is_dir() or (isinstance(arm, dict) and arm.get("pairs") == 0))
+    there = bool(kept.get("eval_run")) and (Path(kept["eval_run"]).is_dir() or (
+        isinstance(arm, dict) and arm.get("pairs") == 0 and not arm.get("complete")))
     if isinstance(arm, dict) and "running" not in arm and there:
         result.update({k: kept[k] for k in ("eval", "eval_run")})
         if (kept.get("signature") == keys["all"] and "serve" in kept and Path(kept.get("serve_run", "")).is_dir()

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import re
 import sys
 import traceback
 import types
@@ -813,20 +812,6 @@ def classify_exception(exc: BaseException) -> str:
     return "runtime"
 
 
-def _device_oom(exc: BaseException) -> bool:
-    """torch's out-of-memory error on a CUDA device (a host's is a MemoryError, and kills no neighbour)."""
-    return type(exc).__name__ == "OutOfMemoryError" and "CUDA out of memory" in str(exc)
-
-
-_UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-
-
-def _tried_bytes(message: str) -> int:
-    """The allocation an out-of-memory error names ("Tried to allocate 4.00 GiB"); 0 where none is."""
-    m = re.search(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB|TiB)", message)
-    return int(float(m.group(1)) * _UNITS[m.group(2)]) if m else 0
-
-
 class _NoRoom(Exception):
     """The device had no room for a buffer the harness itself makes (`Child._export`)."""
 
@@ -838,9 +823,6 @@ class _NoRoom(Exception):
 def _error_reply(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, _NoRoom):  # the harness's own buffer: whose fault is for the parent to measure
         return {"error": {"kind": "room", "type": "", "message": str(exc), "traceback": "", "needed_bytes": exc.nbytes}}
-    if _device_oom(exc):  # the candidate's own allocation: whose memory filled the device, the parent measures
-        return {"error": {"kind": "room", "type": type(exc).__name__, "message": str(exc)[:2000],
-                          "traceback": _format_exc(exc), "needed_bytes": _tried_bytes(str(exc)), "candidate": True}}
     root = exc.__cause__ if isinstance(exc, _CompileFailure) and exc.__cause__ else exc
     # kbv's own words: no class name goes with them, and no traceback of kbv's frames
     plain = isinstance(root, _CompileFailure)

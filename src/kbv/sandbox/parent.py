@@ -453,8 +453,6 @@ class Sandbox:
         kind = err.get("kind")
         if kind == "room" and isinstance(self.channel, DeviceChannel):
             return self._no_room(err, op)
-        if kind == "room" and err.get("candidate"):  # out of device memory, no device channel to measure by
-            kind = err["kind"] = "runtime"
         status = {"compile": Status.COMPILE_ERROR, "cuda": Status.CUDA_ERROR}.get(kind, Status.RUNTIME_ERROR)
         if kind not in ("compile", "cuda", "runtime"):
             # only the harness says "harness", and only for a command it does not know; kbv sends none
@@ -472,18 +470,17 @@ class Sandbox:
         return ChildFailure(status, f"{message.splitlines()[0][:300] if message else kind} (during {op})", evidence)
 
     def _no_room(self, err: dict[str, Any], op: str) -> Exception:
-        """The child found no room on the device: for a buffer of kbv's own, or for one of the candidate's
-        (torch's out-of-memory error). Whose memory filled it is measured, not taken from the child: the
-        device's free memory before and after the child is killed (it is never reused after a device
-        error) is what the child held. Where that is under ROOM_SHARE of the device or under what the
-        others held (the parent's problems, other processes: on an H200 the parent held 100 GiB for a
-        4 GiB problem's trials while its identity's child of 37 GiB found no room for its output), and
-        the device really was short of the buffer, the memory is others': DeviceRoomFailure, no
-        verdict, the pair tried again. Otherwise (a request larger than the device, beside what the child
-        held, is the child's own too) the candidate's child filled the device itself: its
-        `cuda_error` for kbv's buffer, its `runtime_error` for its own, with the figures. (A child that
-        forges the frame without the device being short is judged; one that forges it while others
-        fill the device only has its pair tried again, never passed.)"""
+        """The child found no room on the device for a buffer of kbv's own. Whose memory filled it is
+        measured, not taken from the child: the device's free memory before and after the child is
+        killed (it is never reused after a device error) is what the child held. Where that is under
+        ROOM_SHARE of the device or under what the others held (the parent's problems, other
+        processes), the device really was short of the buffer, and the buffer would have fit beside
+        the child's own memory, the memory is others': DeviceRoomFailure, no verdict, the pair tried
+        again. Otherwise the candidate's child filled the device itself: its `cuda_error`, with the
+        figures. (A child that forges the frame without the device being short is judged; one that
+        forges it while others fill the device only has its pair tried again, never passed.)
+        A candidate's own out-of-memory error stays its `runtime_error`: the size it asks for is its
+        own to choose, so a measure of it here would let a candidate turn any failure into no verdict."""
         import torch
 
         from kbv.errors import DeviceRoomFailure
@@ -507,11 +504,6 @@ class Sandbox:
                 and held + needed <= total:
             return DeviceRoomFailure(f"{message} (during {op}): {figures}, the run's and other processes': "
                                      "no verdict; the pair is tried again")
-        if err.get("candidate"):
-            name = str(err.get("type", "")) or "OutOfMemoryError"
-            evidence = self.evidence()
-            evidence["traceback"] = str(err.get("traceback", ""))[-8000:]
-            return ChildFailure(Status.RUNTIME_ERROR, f"{name}: {message} (during {op}): {figures}", evidence)
         return ChildFailure(Status.CUDA_ERROR, f"{message} (during {op}): {figures}", self.evidence())
 
     def evidence(self, returncode: int | None = None) -> dict[str, Any]:
