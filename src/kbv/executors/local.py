@@ -253,14 +253,14 @@ class LocalExecutor(Executor):
         """`_evaluate_pair`; where a buffer of kbv's own found no room on the device beside a child that
         held little (`DeviceRoomFailure`: on an H100, KernelBench's L1/11 identity came out `cuda_error`
         so while the same problem's standard trials held the device), once more in a fresh child after
-        every problem the lane holds but this pair's own preparation is released. Nothing released, or
-        still no room: the run's failure, stored and tried again when the run resumes."""
+        every problem the lane holds is released, this pair's own preparation too: the child that found
+        no room was killed to measure it, and it may be one of the preparation's baseline children,
+        which every later pair of the problem would find dead. Still no room: the run's failure,
+        stored and tried again when the run resumes."""
         try:
             return self._evaluate_pair(job, build_future, clock)
         except DeviceRoomFailure:
-            mine = self._contexts.get(job.protocol)
-            if not self._release_held(lambda contexts, problem: contexts is not mine or problem != job.pair.problem.hash):
-                raise
+            self._release_held(lambda contexts, problem: True)
         return self._evaluate_pair(job, build_future, clock)
 
     def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
