@@ -189,3 +189,49 @@ def test_the_full_size_relu_that_ran_an_80_gb_device_out_of_memory_is_judged_or_
     assert judged.get("standard", Status.CORRECT) is Status.CORRECT
     assert judged.get("verified", Status.VERIFIED) is Status.VERIFIED
     assert all("too large for this machine" in m for m in refused.values()), refused
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_the_parent_holds_no_cached_transients_when_the_candidates_child_allocates(tmp_path, monkeypatch):
+    """The plan holds the parent's transients a phase at a time (a float64 reference call, a drawn trial),
+    beside what the children hold in that phase. A CUDA caching allocator keeps a freed block reserved,
+    so without giving it back the parent would keep every phase's peak beside the next, and a child
+    would not find the room the plan left it. When the candidate's child loads, measures its memory
+    and runs attribution, the parent holds next to nothing it does not use."""
+    from pathlib import Path as _Path
+
+    import torch
+
+    from kbv.api import EvalConfig, evaluate
+    from kbv.sandbox.parent import Sandbox
+    from kbv.verdict import Status
+
+    problems = tmp_path / "problems" / "level1"
+    problems.mkdir(parents=True)
+    # 64 MiB of input: its float64 reference call alone leaves hundreds of MiB in the allocator's cache
+    (problems / "2_ReLU.py").write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n\n\n"
+        "def get_inputs():\n    return [torch.randn(256, 65536)]\n\n\ndef get_init_inputs():\n    return []\n")
+    cands = tmp_path / "cands"
+    cands.mkdir()
+    examples = _Path(__file__).resolve().parents[1] / "examples"
+    (cands / "2_ReLU__triton.py").write_text((examples / "2_ReLU__triton.py").read_text())
+    cached: dict[str, int] = {}
+    real_call = Sandbox.call
+
+    def call(self, command, timeout_s, *args, **kwargs):
+        op = command.get("op")
+        if (op == "load" and command.get("source") == "candidate") or op in ("memory", "attribution"):
+            cached.setdefault(op, torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+        return real_call(self, command, timeout_s, *args, **kwargs)
+
+    monkeypatch.setattr(Sandbox, "call", call)
+    result = evaluate(EvalConfig(candidates=str(cands), problems=str(tmp_path / "problems"), protocol="verified",
+                                 device="cuda", run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"),
+                                 timer_budget_s=2))
+    (verdict,) = result.verdicts
+    assert verdict.status is Status.VERIFIED, verdict.message
+    assert set(cached) == {"load", "memory", "attribution"}, cached
+    assert all(unused < 32 << 20 for unused in cached.values()), cached

@@ -76,6 +76,18 @@ def host_total_bytes() -> int:
     return meminfo_bytes("MemTotal") or 1 << 50
 
 
+def return_cached(device_type: str) -> None:
+    """Give this process's cached, unused device memory back to the driver. The plan's phases hold
+    the parent's transients (a float64 reference call, a trial drawn for the child) one phase at a
+    time, and the children allocate from the same device: a CUDA caching allocator would otherwise
+    keep every phase's peak reserved beside the next, and a child would not find the room the plan
+    left it. A synchronisation and a free; nothing on a CPU."""
+    if device_type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
+
+
 def meminfo_bytes(name: str) -> int | None:
     """A line of /proc/meminfo, in bytes; None where it cannot be read."""
     try:

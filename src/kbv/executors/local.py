@@ -39,7 +39,7 @@ from kbv.candidates import Backend, Candidate, Pair
 from kbv.errors import DeviceRoomFailure, ProblemError, ProblemRunError, RunFailure
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
-from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes
+from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes, return_cached
 from kbv.placement import Quiet, enter_lane_thread, enter_starter_thread, move_process
 from kbv.problems import out_of_memory
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
@@ -296,14 +296,11 @@ class LocalExecutor(Executor):
         """Give the parent's cached, unused device memory back to the driver: the children of the next
         pair allocate from the same device, and a multi-GB problem's transients would starve them.
         `collect` (a problem released): the garbage collector runs first, for what cycles still hold."""
-        if self.settings.device_type == "cuda":
+        if self.settings.device_type == "cuda" and collect:
             import gc
 
-            import torch
-
-            if collect:
-                gc.collect()
-            torch.cuda.empty_cache()
+            gc.collect()
+        return_cached(self.settings.device_type)
 
     def _maybe_skipped(self, verdict: Verdict, pair: Pair) -> Verdict:
         return skip_unrunnable(verdict, pair.candidate.backend, self.settings.device)
@@ -337,6 +334,7 @@ class LocalExecutor(Executor):
             self._return_device_memory(collect=True)
             raise type(failure)(str(failure))
         held[pair.problem.hash] = context
+        self._return_device_memory()  # the preparation's transients, before the candidate's child allocates
         self._keep_device_memory(pair)
         return context
 

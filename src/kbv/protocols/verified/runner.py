@@ -35,7 +35,7 @@ from kbv.distributions import DISTRIBUTIONS
 from kbv.errors import UnsoundProblemError
 from kbv.footprint import Footprint, footprint_record, problem_footprint
 from kbv.ledger import bounded
-from kbv.memory_plan import VerifiedPlan, available_memory, plan_verified
+from kbv.memory_plan import VerifiedPlan, available_memory, plan_verified, return_cached
 from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
@@ -167,10 +167,12 @@ class VerifiedRunner:
                     return UnsoundProblem(f"{pair.problem.origin}: {'; '.join(prepared.unjudgeable)}",
                                           prepared.flags, prepared.screen_notes, dict(prepared.calibration.variants),
                                           dict(prepared.calibration.notes))
+                return_cached(self.settings.device_type)  # the trials' transients, before the baselines load
                 with ledger.doing("timing", step="timing pool and baselines"):
                     prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
                 with stage("timing"):
                     self._measure_copy_bandwidth(prepared)
+                return_cached(self.settings.device_type)
             except BaseException:
                 prepared.close()  # the baseline children and every tensor, now
                 raise
@@ -262,6 +264,7 @@ class VerifiedRunner:
         prepared.trials[-1].release()
         if not records.correctness.passed:
             return
+        return_cached(self.settings.device_type)  # the judging's transients: the child's sets come next
         load_pool(sb, prepared.pool, self.settings.flush_bytes(self.timer.flush_factor), time_left(deadline))
         with stage("memory"):
             records.memory = memory_stats(sb.call({"op": "memory"}, time_left(deadline)))
@@ -270,6 +273,7 @@ class VerifiedRunner:
         if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None \
                 and not self.time_unattributed:
             return
+        return_cached(self.settings.device_type)  # attribution's sets and the ghost's truth
         with stage("timing"):
             records.speed = self._time(sb, prepared, deadline)
         with stage("probes"):
