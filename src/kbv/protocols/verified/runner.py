@@ -292,6 +292,7 @@ class VerifiedRunner:
         take = [[next(refs) for _ in group] for group in groups]
         ghost_sums = input_sums(groups[2])
         del groups  # the child has them: the ghost's set is drawn again for its truth (`kbv.memory_plan`)
+        return_cached(device.type)  # else the parent's cache keeps the three sets beside the child's copies
         fields, receipt = sb.expect(prepared.output_like)
         parent = {"inputs": time.perf_counter() - t}
         t = time.perf_counter()
@@ -340,6 +341,7 @@ class VerifiedRunner:
             refs = iter(sb.put(probed + fresh, time_left(deadline)))
             handed = [[next(refs) for _ in s] for s in (probed, fresh)]
             del probed, fresh
+            return_cached(device.type)
             reply = sb.call({"op": "replay", "sets": handed[:1], "fresh": handed[1:], "costs": costs},
                             time_left(deadline))
             got = reply.get("pairs")

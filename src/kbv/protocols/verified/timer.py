@@ -32,6 +32,7 @@ import torch
 from kbv.detect.speed import WallBlock, WallBound, too_short_to_time, wall_bound, window_resolution_ms
 from kbv.errors import ProblemRunError
 from kbv.inputs import tensor_bytes
+from kbv.memory_plan import return_cached
 from kbv.sandbox import Sandbox
 from kbv.sandbox.timers import COST_PROBES, WindowCosts, subtract_costs
 from kbv.settings import time_left
@@ -178,7 +179,12 @@ def load_pool(sb: Sandbox, pool: Sequence[list[Any]], flush_bytes: int, timeout_
         sb.call({"op": "pool", "pool": sets, "flush_bytes": flush_bytes}, timeout_s)
         return
     for k in range(len(pool)):
-        handed = sb.put(pool[k], timeout_s)
+        drawn = pool[k]
+        handed = sb.put(drawn, timeout_s)
+        on_cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in drawn)
+        del drawn
+        if on_cuda:  # the set drawn for the transfer, which the child has now: not kept in the parent's cache
+            return_cached("cuda")
         sb.call({"op": "pool", "pool": [handed], "flush_bytes": flush_bytes, "append": k > 0}, timeout_s)
         del handed
 
