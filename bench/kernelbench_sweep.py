@@ -103,6 +103,10 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
             entry["ratio"] = round(v.timing.speedups[name], 4)
             ci = (v.timing.speedup_ci or {}).get(name)
             entry["ci"] = [round(x, 4) for x in ci] if ci else None
+            # an identity's two sides, and what the timer said: a ratio far from 1 names the side that moved
+            base = v.timing.baselines.get(name)
+            entry["ms"] = {"candidate": _ms(v.timing.candidate), **({"baseline": _ms(base)} if base else {})}
+            entry["timing_notes"] = [str(n)[:200] for n in v.timing.notes][:8]
         # where the pair's time went (child start, preparation, correctness, timing...): a sweep of 250
         # problems must fit in device sessions, and the stages say what to cut
         entry["pair_s"] = round(float(v.evidence.get("pair_s") or 0.0), 2)
@@ -116,6 +120,12 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
         row[protocol] = entry
     row["outcome"], row["why"] = outcome(row, failures, sound)
     return row
+
+
+def _ms(stats: Any) -> dict[str, float]:
+    """One side's timed calls, in ms: median, min, max and their count."""
+    return {"median": round(stats.median_ms, 4), "min": round(stats.min_ms, 4), "max": round(stats.max_ms, 4),
+            "n": stats.n}
 
 
 def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]) -> tuple[str, str]:

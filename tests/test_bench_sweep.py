@@ -44,6 +44,10 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     for protocol in ("standard", "verified"):
         entry = small[protocol]
         assert entry["pair_s"] > 0 and "timing" in entry["stages_s"], entry
+        # an identity's ratio far from 1 must say which side moved: both sides' times and the timer's notes
+        ms = entry["ms"]
+        assert ms["candidate"]["median"] > 0 and ms["baseline"]["median"] > 0 and ms["candidate"]["n"] > 0, ms
+        assert isinstance(entry["timing_notes"], list)
     assert json.loads(out.read_text())["summary"]["prepare_over_standard_pair_median"] > 0
     assert large["outcome"] == "refused" and "GiB of host memory" in large["why"]
     assert "| L1/20_Huge | 256 GiB |" in page.read_text()
