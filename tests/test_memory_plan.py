@@ -200,12 +200,15 @@ from kbv.api import EvalConfig, evaluate
 from kbv.sandbox.parent import Sandbox
 
 cached = {}
+candidates = []  # the candidate's child (the baselines' get "memory" too, while the problem is prepared)
 real_call = Sandbox.call
 
 
 def call(self, command, timeout_s, *args, **kwargs):
     op = command.get("op")
-    if (op == "load" and command.get("source") == "candidate") or op in ("memory", "attribution", "replay"):
+    if op == "load" and command.get("source") == "candidate":
+        candidates.append(self)
+    if self in candidates and op in ("load", "memory", "attribution", "replay"):
         cached.setdefault(op, torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
     return real_call(self, command, timeout_s, *args, **kwargs)
 
@@ -252,4 +255,5 @@ def test_the_parent_holds_no_cached_transients_when_the_candidates_child_allocat
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["status"] == "verified", got["message"]
     assert set(got["cached"]) == {"load", "memory", "attribution", "replay"}, got
-    assert all(unused < 32 << 20 for unused in got["cached"].values()), got["cached"]
+    # less than one input set (64 MiB): on an H100, 32 MiB at each with the cache given back, 210-658 MiB without
+    assert all(unused < 64 << 20 for unused in got["cached"].values()), got["cached"]

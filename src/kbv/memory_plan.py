@@ -81,7 +81,9 @@ def return_cached(device_type: str) -> None:
     the parent's transients (a float64 reference call, a trial drawn for the child) one phase at a
     time, and the children allocate from the same device: a CUDA caching allocator would otherwise
     keep every phase's peak reserved beside the next, and a child would not find the room the plan
-    left it. A synchronisation and a free; nothing on a CPU."""
+    left it. A synchronisation and a free; nothing on a CPU. PyTorch empties every device's cache at
+    once: with several devices in one run, a lane's call frees the parent's unused blocks on the others
+    too, a host-side step of the parent that launches nothing on them."""
     if device_type == "cuda":
         import torch
 

@@ -260,7 +260,8 @@ class LocalExecutor(Executor):
         try:
             return self._evaluate_pair(job, build_future, clock)
         except DeviceRoomFailure:
-            self._release_held(lambda contexts, problem: True)
+            with self._quiet.gate.shared():  # tensors freed and the cache emptied are device work: not in a window
+                self._release_held(lambda contexts, problem: True)
         return self._evaluate_pair(job, build_future, clock)
 
     def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:

@@ -33,7 +33,7 @@ from kbv.footprint import Footprint
 from kbv.inputs import tensor_bytes
 from kbv.errors import ProblemRunError, UnsoundProblemError
 from kbv.ledger import CallLedger
-from kbv.memory_plan import Hold, VerifiedPlan
+from kbv.memory_plan import Hold, VerifiedPlan, return_cached
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols.verified.rules import BASELINES, DRAW_CONSTANT_PARAMETERS, KEEP_BUDGET_BYTES, VerifiedProtocol
 from kbv.protocols.verified.timer import TimerConfig, TimingPool, load_pool, pool_size
@@ -565,6 +565,7 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     if not prepared.output_like:  # the trials' outputs gave it when they were made; else one call here
         model = prepared.reference.build(prepared.timing_model_seed)
         prepared.output_like = _like(prepared.reference.baseline_outputs(model, prepared.pool[0]))
+    return_cached(device.type)  # the pool's first draw and the call above: not beside the baselines' copies
     try:
         primary = protocol.primary_baseline if protocol.primary_baseline in children else next(iter(children))
         for name, sb in children.items():

@@ -172,7 +172,6 @@ class VerifiedRunner:
                     prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
                 with stage("timing"):
                     self._measure_copy_bandwidth(prepared)
-                return_cached(self.settings.device_type)
             except BaseException:
                 prepared.close()  # the baseline children and every tensor, now
                 raise
@@ -273,9 +272,10 @@ class VerifiedRunner:
         if missing_custom_work(records.attribution, self.protocol.min_custom_share) is not None \
                 and not self.time_unattributed:
             return
-        return_cached(self.settings.device_type)  # attribution's sets and the ghost's truth
+        return_cached(self.settings.device_type)  # the ghost's truth and the outputs taken back
         with stage("timing"):
             records.speed = self._time(sb, prepared, deadline)
+        return_cached(self.settings.device_type)  # the rechecks' reference calls, before the probes' sets
         with stage("probes"):
             records.findings.append(self._replay_probe(sb, prepared, deadline, records.speed.window_costs_ms))
         if self.copy_gbps and "candidate" in records.speed.stats and "candidate" not in records.speed.too_short:
