@@ -124,8 +124,7 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
 
 def _ms(stats: Any) -> dict[str, float]:
     """One side's timed calls, in ms: mean (standard's ratio), median (verified's), min, max, their count."""
-    return {"mean": round(stats.mean_ms, 4), "median": round(stats.median_ms, 4), "min": round(stats.min_ms, 4), "max": round(stats.max_ms, 4),
-            "n": stats.n}
+    return {**{k: round(getattr(stats, f"{k}_ms"), 4) for k in ("mean", "median", "min", "max")}, "n": stats.n}
 
 
 def outcome(row: dict[str, Any], failures: dict[str, str], sound: dict[str, str]) -> tuple[str, str]:

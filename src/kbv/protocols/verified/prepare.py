@@ -565,7 +565,7 @@ def prepare_timing(prepared: PreparedProblem, protocol: VerifiedProtocol, timer:
     if not prepared.output_like:  # the trials' outputs gave it when they were made; else one call here
         model = prepared.reference.build(prepared.timing_model_seed)
         prepared.output_like = _like(prepared.reference.baseline_outputs(model, prepared.pool[0]))
-    return_cached(device.type)  # the pool's first draw and the call above: not beside the baselines' copies
+    return_cached(device.type)  # the trials', the screen's and the pool's transients: not beside the baselines' copies
     try:
         primary = protocol.primary_baseline if protocol.primary_baseline in children else next(iter(children))
         for name, sb in children.items():

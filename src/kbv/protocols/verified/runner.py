@@ -167,7 +167,6 @@ class VerifiedRunner:
                     return UnsoundProblem(f"{pair.problem.origin}: {'; '.join(prepared.unjudgeable)}",
                                           prepared.flags, prepared.screen_notes, dict(prepared.calibration.variants),
                                           dict(prepared.calibration.notes))
-                return_cached(self.settings.device_type)  # the trials' transients, before the baselines load
                 with ledger.doing("timing", step="timing pool and baselines"):
                     prepare_timing(prepared, self.protocol, self.timer, self.settings, children)
                 with stage("timing"):
