@@ -95,9 +95,9 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
         v = verdicts.get(protocol)
         if v is None:
             row[protocol] = {"status": "failed" if protocol in failures else "missing",
-                             "message": failures.get(protocol, "")[:400]}
+                             "message": failures.get(protocol, "")[:1500]}
             continue
-        entry: dict[str, Any] = {"status": v.status.value, "message": v.message[:300]}
+        entry: dict[str, Any] = {"status": v.status.value, "message": v.message[:1000]}
         if v.timing is not None and v.timing.speedups:
             name = next(iter(v.timing.speedups))
             entry["ratio"] = round(v.timing.speedups[name], 4)
@@ -228,7 +228,7 @@ def soundness(path: str | None) -> dict[str, str]:
 
 def summary(rows: list[dict[str, Any]], remaining: int = 0) -> dict[str, Any]:
     """Counts by outcome, the verified identity ratios (median, share within the band), preparation's share,
-    and `remaining`: the selection's problems not evaluated yet."""
+    and `remaining`: the problems of the tree not evaluated yet."""
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
@@ -327,13 +327,16 @@ def portable(rows: list[dict[str, Any]], root: str) -> list[dict[str, Any]]:
     return [clean(r) for r in rows]
 
 
-def write_outputs(args: argparse.Namespace, rows: list[dict[str, Any]], remaining: int) -> None:
-    """The rows so far, in problem order, to --out (with the summary) and --markdown, each replaced whole."""
+def write_outputs(args: argparse.Namespace, rows: list[dict[str, Any]], remaining: int, whole: bool = False) -> None:
+    """The rows so far, in problem order, to --out (with the summary) and --markdown, each replaced whole;
+    `whole`: the rows are a resumed sweep's with an --only selection's merged in (the page's command is
+    then the sweep's, without --only)."""
     rows = portable(rows, args.problems)
     if args.out:
         _write(Path(args.out), json.dumps({"rows": rows, "summary": summary(rows, remaining)}, indent=1))
     if args.markdown:
-        write_markdown(rows, Path(args.markdown), _command(args), _device_name(args.device), remaining)
+        write_markdown(rows, Path(args.markdown), _command(args, selection=not whole), _device_name(args.device),
+                       remaining)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -365,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     from kbv.problems import load_problems
 
     try:
-        problems = select(load_problems(args.problems), args.only)
+        everything = load_problems(args.problems)
+        problems = select(everything, args.only)
     except KbvError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -373,6 +377,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no problem of {args.problems} matches --only {args.only}", file=sys.stderr)
         return 2
     kept = _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
+    # an --only run re-judges its selection: the resumed file's other rows go on to --out as they were
+    carried = _carried(args.resume, {p.key for p in problems})
+
+    def written(rows: list[dict[str, Any]]) -> None:
+        whole = _ordered([*carried, *rows])
+        write_outputs(args, whole, len(everything) - len(whole), whole=bool(carried))
     todo = [p for p in problems if p.key not in kept]
     if args.refused_last:
         try:
@@ -391,11 +401,10 @@ def main(argv: list[str] | None = None) -> int:
             break
         print(f"chunk {i + 1}/{len(chunks)}: {len(chunk)} problems", flush=True)
         done = every
-        every = _ordered([*done, *run(args, chunk, lambda rows: write_outputs(
-            args, _ordered([*done, *rows]), len(problems) - len(done) - len(rows)))])
-        write_outputs(args, every, len(problems) - len(every))
+        every = _ordered([*done, *run(args, chunk, lambda rows: written([*done, *rows]))])
+        written(every)
     if not chunks:
-        write_outputs(args, every, 0)
+        written(every)
     print_table(every, len(problems) - len(every))
     return 1 if any(r["outcome"] == "false flag" for r in every) else 0
 
@@ -416,6 +425,13 @@ def _kept(path: str | None, keys: set[str], device: str) -> dict[str, dict[str, 
     rows = json.loads(Path(path).read_text()).get("rows", [])
     return {r["problem"]: r for r in rows if r.get("problem") in keys and r.get("outcome") in KEPT
             and (r.get("outcome") != "refused" or r.get("device") == device)}
+
+
+def _carried(path: str | None, keys: set[str]) -> list[dict[str, Any]]:
+    """The rows of an earlier --out whose problems are not in `keys` (not this run's selection)."""
+    if not path or not Path(path).is_file():
+        return []
+    return [r for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("problem") not in keys]
 
 
 def _made_on(rows: list[dict[str, Any]], device: str) -> str:
@@ -447,9 +463,9 @@ def _order(key: str) -> tuple[int, int, str]:
     return (int(level.removeprefix("L") or 0), int(ident) if ident.isdigit() else 1 << 30, name)
 
 
-def _command(args: argparse.Namespace) -> str:
-    """The command that remakes the page, without this machine's paths."""
-    only = f" --only {args.only}" if args.only else ""
+def _command(args: argparse.Namespace, selection: bool = True) -> str:
+    """The command that remakes the page, without this machine's paths (`selection`: with its --only)."""
+    only = f" --only {args.only}" if args.only and selection else ""
     page = Path(args.markdown) if args.markdown else Path("docs/kernelbench_sweep.md")
     page = page if not page.is_absolute() else Path(page.name)  # a relative path is the repository's
     return (f"PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device {args.device}{only} "

@@ -63,6 +63,16 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     assert other.returncode == 0 and "1 problems kept" in other.stdout, other.stdout[-2000:]
     assert "L1/20_Huge standard" in other.stdout and "L1/19_ReLU standard" not in other.stdout
     assert "NVIDIA H100 80GB HBM3 (1 rows)" in page.read_text()
+    # an --only run re-judges its selection and keeps the resumed file's other rows as they were (a device
+    # call that re-ran one problem once left only that problem in the file, and the next call began again)
+    data = json.loads(out.read_text())
+    published = {**data["rows"][0], "problem": "L2/1_Other", "outcome": "false flag", "why": "kept as published"}
+    out.write_text(json.dumps({**data, "rows": [*data["rows"], published]}))
+    third = _sweep(*args, "--resume", str(out))
+    assert third.returncode == 0 and "2 problems kept" in third.stdout, third.stdout[-2000:]
+    rows = {r["problem"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other"} and rows["L2/1_Other"] == published
+    assert "L2/1_Other" in page.read_text() and "--only" not in page.read_text()  # the page is the whole sweep's
 
 
 def test_each_chunk_evaluates_its_own_problems_and_the_json_holds_every_row(tmp_path: Path) -> None:

@@ -208,8 +208,12 @@ def call(self, command, timeout_s, *args, **kwargs):
     op = command.get("op")
     if op == "load" and command.get("source") == "candidate":
         candidates.append(self)
-    if self in candidates and op in ("load", "memory", "attribution", "replay"):
-        cached.setdefault(op, torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+    if self in candidates and op in ("load", "memory", "attribution", "replay") and op not in cached:
+        # what the parent could give back and keeps: the cache less the free parts of segments in use,
+        # which no empty_cache returns (the probe's own call gives it back, so each figure is its stage's)
+        reserved = torch.cuda.memory_reserved()
+        torch.cuda.empty_cache()
+        cached[op] = reserved - torch.cuda.memory_reserved()
     return real_call(self, command, timeout_s, *args, **kwargs)
 
 
@@ -255,5 +259,7 @@ def test_the_parent_holds_no_cached_transients_when_the_candidates_child_allocat
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["status"] == "verified", got["message"]
     assert set(got["cached"]) == {"load", "memory", "attribution", "replay"}, got
-    # less than one input set (64 MiB): on an H100, 32 MiB at each with the cache given back, 210-658 MiB without
-    assert all(unused < 64 << 20 for unused in got["cached"].values()), got["cached"]
+    # nothing to speak of (a few small blocks' segments), where one input set is 64 MiB. On an H100, the
+    # parent's reserved but unused memory was 210-658 MiB at these stages without giving the cache back,
+    # and 32 MiB (at 3c11122, 96 MiB) with it: free parts of segments in use, which this figure leaves out
+    assert all(releasable < 16 << 20 for releasable in got["cached"].values()), got["cached"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kbv.candidates import Backend, Candidate, Pair
 from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor, skip_unrunnable
 from kbv.memory_plan import ProblemTooLarge
@@ -147,6 +149,47 @@ def test_no_room_for_kbvs_own_buffer_releases_what_the_lane_holds_and_judges_onc
     except DeviceRoomFailure:
         pass
     assert calls == ["verified"] * 4  # tried once more, then the run's failure
+    lane.close()
+
+
+def test_kbv_out_of_device_memory_beside_other_held_problems_lets_go_of_them_and_judges_the_pair_once_more(
+        tmp_path: Path) -> None:
+    """On an H100, KernelBench's L1/9 identity was a failure of the run under verified: kbv's own 8 GiB
+    float64 buffer found no room beside the same problem's standard trials and the problems held before
+    it, though the problem alone is judged. The lane lets go of every problem it holds and judges the
+    pair again, once; with nothing but the pair's own problem held, it is the run's failure at once
+    (freeing nothing would leave the same room)."""
+    from kbv.executors import Job
+
+    standard, verified = CountingRunner(), CountingRunner()
+    verified.name = "verified"
+    settings = Settings(device="cpu", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": standard, "verified": verified})  # type: ignore[dict-item]
+    for runner, name in ((standard, "8_B"), (standard, "9_A"), (verified, "8_B"), (verified, "9_A")):
+        lane._context(runner, _pair(name))
+    calls: list[str] = []
+    oom = "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 79.18 GiB"
+
+    def evaluate_pair(job: Any, build_future: Any, clock: Any) -> str:
+        calls.append(job.key)
+        if len(calls) == 1 or job.key == "alone":
+            raise RuntimeError(oom)
+        if job.key == "wrong":
+            raise ValueError("a bug of kbv's, not memory")
+        return "judged"
+
+    lane._evaluate_pair = evaluate_pair
+    assert lane._judged(Job(_pair("9_A"), "verified", "k"), None, None) == "judged"  # type: ignore[arg-type]
+    assert calls == ["k", "k"]
+    assert sorted(standard.released) == ["8_B", "9_A"] and sorted(verified.released) == ["8_B", "9_A"]
+    lane._context(verified, _pair("9_A"))  # the pair's own problem alone, prepared again
+    with pytest.raises(RuntimeError, match="out of memory"):
+        lane._judged(Job(_pair("9_A"), "verified", "alone"), None, None)  # type: ignore[arg-type]
+    assert calls == ["k", "k", "alone"]  # not tried again: nothing else to let go of
+    lane._context(standard, _pair("8_B"))
+    with pytest.raises(ValueError):
+        lane._judged(Job(_pair("9_A"), "verified", "wrong"), None, None)  # type: ignore[arg-type]
+    assert calls[-1] == "wrong" and standard.live == {"8_B"}  # any other error: nothing let go, no retry
     lane.close()
 
 

@@ -322,7 +322,8 @@ class LanesExecutor(Executor):
 
 
 def _own_memory_failure(device: str, job: Job, exc: BaseException) -> str:
-    first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:240]
+    # the whole first line: PyTorch's names the device's free memory and every process's share of it
+    first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:1200]
     return (f"{job.pair.problem.origin}: kbv itself ran out of memory on {device} while judging "
             f"{job.pair.candidate.name} under {job.protocol} ({first_line}): not the candidate's doing; no "
             "verdict is stored, and the pair is tried again when the run resumes")

@@ -256,13 +256,29 @@ class LocalExecutor(Executor):
         every problem the lane holds is released, this pair's own preparation too: the child that found
         no room was killed to measure it, and it may be one of the preparation's baseline children,
         which every later pair of the problem would find dead. Still no room: the run's failure,
-        stored and tried again when the run resumes."""
+        stored and tried again when the run resumes.
+
+        kbv's own process out of device memory in the middle of a pair, while the lane holds other
+        prepared problems than the pair's (KernelBench's L1/9 identity on an H100: an 8 GiB float64
+        buffer refused beside the same problem's standard trials and the problems before it, which
+        the pair's preparation had found room beside): the same, once. With nothing else held it is
+        the run's failure at once, as it would be again."""
         try:
             return self._evaluate_pair(job, build_future, clock)
         except DeviceRoomFailure:
-            with self._quiet.gate.shared():  # tensors freed and the cache emptied are device work: not in a window
-                self._release_held(lambda contexts, problem: True)
+            pass
+        except Exception as exc:
+            if not out_of_memory(exc) or not self._holds_besides(job):
+                raise
+        # out of the handler: the failed attempt's frames, and the tensors they held, are gone
+        with self._quiet.gate.shared():  # tensors freed and the cache emptied are device work: not in a window
+            self._release_held(lambda contexts, problem: True)
         return self._evaluate_pair(job, build_future, clock)
+
+    def _holds_besides(self, job: Job) -> bool:
+        """Whether the lane holds a prepared problem other than `job`'s problem under `job`'s protocol."""
+        return any(not isinstance(context, ProblemError) and (name, problem) != (job.protocol, job.pair.problem.hash)
+                   for name, contexts in self._contexts.items() for problem, context in contexts.items())
 
     def _evaluate_pair(self, job: Job, build_future: Future[Build], clock: StageClock) -> Verdict:
         runner = self.runners[job.protocol]
