@@ -218,6 +218,38 @@ def test_a_gpu_short_of_free_memory_keeps_only_the_problem_in_hand(tmp_path: Pat
     lane.close()
 
 
+def test_a_problem_whose_plan_needs_more_than_is_free_has_the_device_to_itself(tmp_path: Path, monkeypatch: Any) -> None:
+    """A quarter of the device free is room enough beside a small problem, not beside one whose memory
+    plan holds more than that at its peak (KernelBench's L1/9: a 40 GiB plan, kbv out of memory beside
+    the problems the lane held)."""
+    import torch
+    from types import SimpleNamespace
+
+    class PlannedRunner(CountingRunner):
+        def __init__(self, needs: dict[str, int]) -> None:
+            super().__init__()
+            self.needs = needs
+
+        def prepare(self, pair: Pair) -> Any:
+            name = super().prepare(pair)
+            return SimpleNamespace(name=name, plan=SimpleNamespace(need=SimpleNamespace(device=self.needs[name])))
+
+        def release(self, context: Any) -> None:
+            super().release(context.name)
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (40, 100))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    runner = PlannedRunner({"1_A": 10, "2_B": 30, "9_C": 70})
+    settings = Settings(device="cuda:0", run_dir=tmp_path / "run", cache_dir=tmp_path / "cache")
+    lane = LocalExecutor(settings, {"standard": runner}, held=3)  # type: ignore[dict-item]
+    lane._context(runner, _pair("1_A"))
+    lane._context(runner, _pair("2_B"))
+    assert runner.live == {"1_A", "2_B"}  # 40% free: room for a plan of 30
+    lane._context(runner, _pair("9_C"))
+    assert runner.live == {"9_C"} and sorted(runner.released) == ["1_A", "2_B"]  # not for one of 70
+    lane.close()
+
+
 # -- a backend the device cannot run ------------------------------------------------------------
 
 CUDA_HOME_ERROR = ("OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root. "

@@ -331,7 +331,7 @@ class LocalExecutor(Executor):
             context = held[pair.problem.hash]
             if isinstance(context, ProblemError):
                 raise type(context)(str(context))
-            self._keep_device_memory(pair)
+            self._keep_device_memory(pair, context)
             return context
         while len(held) >= self._held:
             self._release(runner, held, next(iter(held)))
@@ -352,18 +352,23 @@ class LocalExecutor(Executor):
             raise type(failure)(str(failure))
         held[pair.problem.hash] = context
         self._return_device_memory()  # the preparation's transients, before the candidate's child allocates
-        self._keep_device_memory(pair)
+        self._keep_device_memory(pair, context)
         return context
 
-    def _keep_device_memory(self, pair: Pair) -> None:
-        """On a GPU short of free memory, release every held problem but `pair`'s (any protocol)."""
+    def _keep_device_memory(self, pair: Pair, context: Any = None) -> None:
+        """On a GPU short of free memory, release every held problem but `pair`'s (any protocol). Short:
+        under FREE_SHARE_TO_HOLD of the device free, or less free than the peak that `context`'s memory
+        plan holds (its `plan.need.device`). That peak counts what the preparation already holds too, so
+        a large problem lets go of the others a little early, never late: on an H100, KernelBench's L1/9
+        (a 40 GiB plan) ran kbv out of memory beside the problems a lane held with a quarter free."""
         if self.settings.device_type != "cuda" or not any(
                 problem != pair.problem.hash for held in self._contexts.values() for problem in held):
             return
         import torch
 
         free, total = torch.cuda.mem_get_info(torch.device(self.settings.device))
-        if free >= FREE_SHARE_TO_HOLD * total:
+        need = getattr(getattr(getattr(context, "plan", None), "need", None), "device", 0)
+        if free >= max(FREE_SHARE_TO_HOLD * total, need if isinstance(need, int) else 0):
             return
         for name, held in self._contexts.items():
             for problem in [p for p in held if p != pair.problem.hash]:

@@ -89,6 +89,7 @@ class StandardContext:
     model: Any = None  # kept only where some trial is remade
     seeds: list[int] = field(default_factory=list)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    plan: StandardPlan | None = None  # how its memory is held (None: its footprint is unknown)
 
     def trial(self, index: int) -> tuple[list[Any], list[torch.Tensor]]:
         """Trial `index` on the device: held (brought back from the host where parked), else remade."""
@@ -234,7 +235,7 @@ def prepare_standard(problem: Problem, protocol: StandardProtocol, device: torch
         set_seed(protocol.seed)
         timing_inputs = to_device(module.get_inputs(), device)
     return StandardContext(problem, init_inputs, trials, timing_inputs, module=module,
-                           model=model if held < len(seeds) else None, seeds=seeds, device=device)
+                           model=model if held < len(seeds) else None, seeds=seeds, device=device, plan=plan)
 
 
 def _make_trial(module: Any, model: Any, seed: int, device: torch.device,
