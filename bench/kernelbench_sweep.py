@@ -377,12 +377,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no problem of {args.problems} matches --only {args.only}", file=sys.stderr)
         return 2
     kept = _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
-    # an --only run re-judges its selection: the resumed file's other rows go on to --out as they were
-    carried = _carried(args.resume, {p.key for p in problems})
+    # every other row of the resumed file goes on to --out as it was until this run's row of its problem
+    # replaces it: the rows of problems an --only run did not select, and the selection's rows that are
+    # evaluated again (a failure, a false flag, a refusal made on another card) but not reached yet
+    carried = _carried(args.resume, set(kept))
+    selected, every_key = {p.key for p in problems}, {p.key for p in everything}
+    beyond = any(r.get("problem") not in selected for r in carried)  # the file is more than the selection
 
     def written(rows: list[dict[str, Any]]) -> None:
-        whole = _ordered([*carried, *rows])
-        write_outputs(args, whole, len(everything) - len(whole), whole=bool(carried))
+        mine = {r["problem"] for r in rows}
+        whole = _ordered([*(r for r in carried if r.get("problem") not in mine), *rows])
+        write_outputs(args, whole, len(every_key - {r.get("problem") for r in whole}), whole=beyond)
     todo = [p for p in problems if p.key not in kept]
     if args.refused_last:
         try:
@@ -406,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     if not chunks:
         written(every)
     print_table(every, len(problems) - len(every))
+    # this run's rows only: a false flag carried from the resumed file was not made by this run
     return 1 if any(r["outcome"] == "false flag" for r in every) else 0
 
 
@@ -428,7 +434,7 @@ def _kept(path: str | None, keys: set[str], device: str) -> dict[str, dict[str, 
 
 
 def _carried(path: str | None, keys: set[str]) -> list[dict[str, Any]]:
-    """The rows of an earlier --out whose problems are not in `keys` (not this run's selection)."""
+    """The rows of an earlier --out whose problems are not in `keys` (the rows kept)."""
     if not path or not Path(path).is_file():
         return []
     return [r for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("problem") not in keys]

@@ -67,11 +67,14 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     # call that re-ran one problem once left only that problem in the file, and the next call began again)
     data = json.loads(out.read_text())
     published = {**data["rows"][0], "problem": "L2/1_Other", "outcome": "false flag", "why": "kept as published"}
-    out.write_text(json.dumps({**data, "rows": [*data["rows"], published]}))
+    gone = {**data["rows"][0], "problem": "L9/99_Gone"}  # a problem no longer in the tree stays, and counts as none left
+    out.write_text(json.dumps({**data, "rows": [*data["rows"], published, gone]}))
     third = _sweep(*args, "--resume", str(out))
     assert third.returncode == 0 and "2 problems kept" in third.stdout, third.stdout[-2000:]
-    rows = {r["problem"]: r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other"} and rows["L2/1_Other"] == published
+    data = json.loads(out.read_text())
+    rows = {r["problem"]: r for r in data["rows"]}
+    assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other", "L9/99_Gone"} and rows["L2/1_Other"] == published
+    assert data["summary"]["remaining"] == 0
     assert "L2/1_Other" in page.read_text() and "--only" not in page.read_text()  # the page is the whole sweep's
 
 
@@ -103,6 +106,14 @@ def test_no_chunk_starts_past_the_budget_and_a_resumed_sweep_goes_on(tmp_path: P
     assert rest.returncode == 0 and "1 problems kept" in rest.stdout and "L1/19_ReLU standard" not in rest.stdout
     data = json.loads(out.read_text())
     assert [r["outcome"] for r in data["rows"]] == ["judged", "judged"] and data["summary"]["remaining"] == 0
+    # rows evaluated again (false flags here) stay in the file until this run's rows replace them: past
+    # the budget, the one not reached is still there
+    flagged = [{**r, "outcome": "false flag", "why": "as published"} for r in data["rows"]]
+    out.write_text(json.dumps({**data, "rows": flagged}))
+    again = _sweep(*args, "--budget", "0.001", "--resume", str(out))
+    assert again.returncode == 0 and "chunk 2/2" not in again.stdout, again.stdout[-2000:]  # L1/19's from the run directory
+    rows = {r["problem"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["L1/19_ReLU"]["outcome"] == "judged" and rows["L2/1_Other"] == flagged[1]
 
 
 def test_a_sweep_killed_inside_a_chunk_keeps_the_problems_it_finished(tmp_path: Path) -> None:

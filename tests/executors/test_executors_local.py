@@ -11,6 +11,7 @@ import pytest
 
 from kbv.candidates import Backend, Candidate, Pair
 from kbv.executors.local import HELD_PER_PROTOCOL, LocalExecutor, skip_unrunnable
+from kbv.errors import ProblemRunError
 from kbv.memory_plan import ProblemTooLarge
 from kbv.problems import Problem
 from kbv.settings import Settings
@@ -50,6 +51,10 @@ class CountingRunner:
 def _pair(name: str) -> Pair:
     problem = Problem(name=name, level=1, problem_id=int(name.split("_")[0]), code=f"# {name}\n", origin=f"{name}.py")
     return Pair(problem, Candidate(code="# c\n", name=f"{name}__c", origin="c.py", problem_ref=name))
+
+
+def _judged_verdict(protocol: str) -> Verdict:
+    return Verdict("L1/9_A", "h", 1, "9_A__c", "c", protocol, "1", Status.CORRECT)
 
 
 def _lane(tmp_path: Path, runner: CountingRunner) -> Any:
@@ -136,11 +141,13 @@ def test_no_room_for_kbvs_own_buffer_releases_what_the_lane_holds_and_judges_onc
         calls.append(job.protocol)
         if len(calls) == 1 or "again" in job.key:
             raise DeviceRoomFailure("the device had no room for the 1.00 GiB buffer kbv makes in the candidate's child")
-        return "judged"
+        return _judged_verdict(job.protocol)
 
     lane._evaluate_pair = evaluate_pair
     job = Job(_pair("11_A"), "verified", "k")
-    assert lane._judged(job, None, None) == "judged" and calls == ["verified", "verified"]  # type: ignore[arg-type]
+    v = lane._judged(job, None, None)  # type: ignore[arg-type]
+    assert v.status is Status.CORRECT and calls == ["verified", "verified"]
+    assert v.evidence["retried"].endswith("the device had no room for the 1.00 GiB buffer kbv makes in the candidate's child")
     assert sorted(standard.released) == ["11_A", "2_B"] and verified.released == ["11_A"]  # its own too
     again = Job(_pair("11_A"), "verified", "again")
     try:
@@ -176,17 +183,34 @@ def test_kbv_out_of_device_memory_beside_other_held_problems_lets_go_of_them_and
             raise RuntimeError(oom)
         if job.key == "wrong":
             raise ValueError("a bug of kbv's, not memory")
-        return "judged"
+        return _judged_verdict(job.protocol)
 
     lane._evaluate_pair = evaluate_pair
-    assert lane._judged(Job(_pair("9_A"), "verified", "k"), None, None) == "judged"  # type: ignore[arg-type]
-    assert calls == ["k", "k"]
+    v = lane._judged(Job(_pair("9_A"), "verified", "k"), None, None)  # type: ignore[arg-type]
+    assert v.status is Status.CORRECT and calls == ["k", "k"] and "Tried to allocate 8.00 GiB" in v.evidence["retried"]
     assert sorted(standard.released) == ["8_B", "9_A"] and sorted(verified.released) == ["8_B", "9_A"]
     lane._context(verified, _pair("9_A"))  # the pair's own problem alone, prepared again
     with pytest.raises(RuntimeError, match="out of memory"):
         lane._judged(Job(_pair("9_A"), "verified", "alone"), None, None)  # type: ignore[arg-type]
     assert calls == ["k", "k", "alone"]  # not tried again: nothing else to let go of
+    # a problem whose preparation ran out of memory is stored as its failure: raised again as it is,
+    # with no second preparation, and nothing the lane holds is let go for it
+    nine = _pair("9_A").problem.hash
+    lane._contexts["verified"][nine] = ProblemRunError("9_A.py: too large for cuda:0 under the verified protocol: "
+                                                       "CUDA out of memory. Tried to allocate 40.00 GiB")
+
+    def from_context(job: Any, build_future: Any, clock: Any) -> Verdict:
+        calls.append(job.key)
+        lane._context(verified, job.pair)
+        return _judged_verdict(job.protocol)
+
+    lane._evaluate_pair = from_context
     lane._context(standard, _pair("8_B"))
+    with pytest.raises(ProblemRunError, match="out of memory"):
+        lane._judged(Job(_pair("9_A"), "verified", "stored"), None, None)  # type: ignore[arg-type]
+    assert calls[-1] == "stored" and calls.count("stored") == 1 and standard.live == {"8_B"}
+    assert isinstance(lane._contexts["verified"][nine], ProblemRunError)  # the record stays
+    lane._evaluate_pair = evaluate_pair
     with pytest.raises(ValueError):
         lane._judged(Job(_pair("9_A"), "verified", "wrong"), None, None)  # type: ignore[arg-type]
     assert calls[-1] == "wrong" and standard.live == {"8_B"}  # any other error: nothing let go, no retry

@@ -262,18 +262,26 @@ class LocalExecutor(Executor):
         prepared problems than the pair's (KernelBench's L1/9 identity on an H100: an 8 GiB float64
         buffer refused beside the same problem's standard trials and the problems before it, which
         the pair's preparation had found room beside): the same, once. With nothing else held it is
-        the run's failure at once, as it would be again."""
+        the run's failure at once, as it would be again. A problem's stored failure (its preparation
+        ran out of memory even after the lane let go of the rest) is raised again as it is: no retry.
+
+        The verdict of a second attempt says so in its evidence (`retried`); its stages add up both."""
         try:
             return self._evaluate_pair(job, build_future, clock)
-        except DeviceRoomFailure:
-            pass
+        except DeviceRoomFailure as exc:
+            why = _first_line(exc)
+        except ProblemError:
+            raise
         except Exception as exc:
             if not out_of_memory(exc) or not self._holds_besides(job):
                 raise
+            why = _first_line(exc)
         # out of the handler: the failed attempt's frames, and the tensors they held, are gone
         with self._quiet.gate.shared():  # tensors freed and the cache emptied are device work: not in a window
             self._release_held(lambda contexts, problem: True)
-        return self._evaluate_pair(job, build_future, clock)
+        verdict = self._evaluate_pair(job, build_future, clock)
+        return replace(verdict, evidence={**verdict.evidence, "retried": f"judged again after letting go of "
+                                                                         f"every problem the lane held: {why}"})
 
     def _holds_besides(self, job: Job) -> bool:
         """Whether the lane holds a prepared problem other than `job`'s problem under `job`'s protocol."""
@@ -370,9 +378,7 @@ class LocalExecutor(Executor):
         need = getattr(getattr(getattr(context, "plan", None), "need", None), "device", 0)
         if free >= max(FREE_SHARE_TO_HOLD * total, need if isinstance(need, int) else 0):
             return
-        for name, held in self._contexts.items():
-            for problem in [p for p in held if p != pair.problem.hash]:
-                self._release(self.runners[name], held, problem)
+        self._release_held(lambda contexts, problem: problem != pair.problem.hash)
 
     def _prepare(self, runner: ProtocolRunner, pair: Pair, held: OrderedDict[str, Any]) -> Any:
         """`runner.prepare`; out of device memory, or refused as too large for the memory available
@@ -401,12 +407,13 @@ class LocalExecutor(Executor):
         raise error
 
     def _release_held(self, releasable: Callable[[OrderedDict[str, Any], str], bool]) -> bool:
-        """Release every held problem (any protocol) that `releasable(contexts, problem)` picks;
-        whether any prepared one went (a stored failure holds no memory)."""
+        """Release every prepared problem held (any protocol) that `releasable(contexts, problem)` picks;
+        whether any went. A stored failure stays: it holds no memory, and preparing its problem again
+        would fail again (its preparation let go of the rest before it failed)."""
         freed = False
         for name, contexts in self._contexts.items():
-            for problem in [p for p in contexts if releasable(contexts, p)]:
-                freed |= not isinstance(contexts[problem], ProblemError)
+            for problem in [p for p in contexts if releasable(contexts, p) and not isinstance(contexts[p], ProblemError)]:
+                freed = True
                 self._release(self.runners[name], contexts, problem)
         return freed
 
@@ -497,6 +504,10 @@ def host_memory_failure(pair: Pair, first: dict[str, Any], second: dict[str, Any
             f"kernel's out-of-memory killer ended its child (which held at most {peaks} of "
             f"{format_bytes(host_total_bytes())}): memory others took, not the candidate's doing; no verdict is "
             f"stored, and the pair is tried again when the run resumes")
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _pair_name(job: Job) -> str:
