@@ -32,6 +32,11 @@ class KbvError(Exception):
     """Base class: a message fit to print as one line."""
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of `exc`'s message (its type's name where it has none), at most `limit` characters."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:limit]
+
+
 class UsageError(KbvError):
     """An option or argument that cannot be honoured."""
 

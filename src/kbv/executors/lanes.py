@@ -38,7 +38,7 @@ from functools import partial
 from typing import Protocol
 
 from kbv.builds import Build, BuildPool, BuildState
-from kbv.errors import HarnessError, ProblemError, RunFailure
+from kbv.errors import HarnessError, ProblemError, RunFailure, first_line
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.executors.local import HELD_PER_PROTOCOL, PRESTART
 from kbv.placement import NO_PLAN, enter_starter_thread
@@ -256,8 +256,7 @@ class LanesExecutor(Executor):
 
     def _lane_failed(self, lane: _Lane, entry: _Entry, exc: BaseException) -> None:
         """Queue the pair once more (another lane first), or make it `crashed` after its second failure."""
-        first_line = (str(exc).splitlines() or [""])[0][:300]
-        entry.failures.append(f"{lane.device}: {type(exc).__name__}: {first_line}")
+        entry.failures.append(f"{lane.device}: {type(exc).__name__}: {first_line(exc) if str(exc).strip() else ''}")
         entry.trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:]
         with self._lock:
             lane.failed_in_a_row += 1
@@ -323,9 +322,8 @@ class LanesExecutor(Executor):
 
 def _own_memory_failure(device: str, job: Job, exc: BaseException) -> str:
     # the whole first line: PyTorch's names the device's free memory and every process's share of it
-    first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:1200]
     return (f"{job.pair.problem.origin}: kbv itself ran out of memory on {device} while judging "
-            f"{job.pair.candidate.name} under {job.protocol} ({first_line}): not the candidate's doing; no "
+            f"{job.pair.candidate.name} under {job.protocol} ({first_line(exc, 1200)}): not the candidate's doing; no "
             "verdict is stored, and the pair is tried again when the run resumes")
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from kbv.builds import Build, BuildPool, as_users_file, prepare_candidate
 from kbv.candidates import Backend, Candidate, Pair
-from kbv.errors import DeviceRoomFailure, ProblemError, ProblemRunError, RunFailure
+from kbv.errors import DeviceRoomFailure, ProblemError, ProblemRunError, RunFailure, first_line
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
 from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes, return_cached
@@ -269,13 +269,13 @@ class LocalExecutor(Executor):
         try:
             return self._evaluate_pair(job, build_future, clock)
         except DeviceRoomFailure as exc:
-            why = _first_line(exc)
+            why = first_line(exc)
         except ProblemError:
             raise
         except Exception as exc:
             if not out_of_memory(exc) or not self._holds_besides(job):
                 raise
-            why = _first_line(exc)
+            why = first_line(exc)
         # out of the handler: the failed attempt's frames, and the tensors they held, are gone
         with self._quiet.gate.shared():  # tensors freed and the cache emptied are device work: not in a window
             self._release_held(lambda contexts, problem: True)
@@ -353,7 +353,7 @@ class LocalExecutor(Executor):
             if not out_of_memory(exc):
                 raise
             failure = ProblemRunError(f"{pair.problem.origin}: too large for {self.settings.device} under the "
-                                      f"{runner.name} protocol: {(str(exc).splitlines() or [type(exc).__name__])[0][:200]}")
+                                      f"{runner.name} protocol: {first_line(exc, 200)}")
         if failure is not None:
             held[pair.problem.hash] = failure
             self._return_device_memory(collect=True)
@@ -504,10 +504,6 @@ def host_memory_failure(pair: Pair, first: dict[str, Any], second: dict[str, Any
             f"kernel's out-of-memory killer ended its child (which held at most {peaks} of "
             f"{format_bytes(host_total_bytes())}): memory others took, not the candidate's doing; no verdict is "
             f"stored, and the pair is tried again when the run resumes")
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _pair_name(job: Job) -> str:

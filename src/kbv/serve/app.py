@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from kbv.errors import ServiceError
+from kbv.errors import ServiceError, first_line
 from kbv.serve.requests import parse_batch, parse_evaluate
 from kbv.serve.service import Service
 
@@ -56,7 +56,7 @@ def create_app(service: Service, token: str | None) -> FastAPI:
         except Exception as exc:
             log.exception("kbv failed on %s %s", request.method, request.url.path)
             return error(ServiceError(500, f"kbv failed (a bug in kbv, not in the request): "
-                                           f"{type(exc).__name__}: {_first_line(exc)}"))
+                                           f"{type(exc).__name__}: {first_line(exc)}"))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:  # unknown path, wrong method
@@ -134,7 +134,3 @@ async def _wait(future: Future[T]) -> T:
 
     future.add_done_callback(hand_over)
     return await waiter
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from kbv.errors import ServiceError
+from kbv.errors import ServiceError, first_line
 
 PROTOCOLS = ("standard", "verified", "both")
 DEFAULT_PROTOCOL = "verified"
@@ -103,7 +103,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as exc:  # bad JSON, bad UTF-8, or nested past the parser's depth
-        raise ServiceError(400, f"malformed JSON: {_first_line(exc)}") from None
+        raise ServiceError(400, f"malformed JSON: {first_line(exc, 200)}") from None
     if not isinstance(data, dict):
         raise ServiceError(400, f"expected a JSON object, not {_json_type(data)}")
     return data
@@ -113,7 +113,3 @@ def _json_type(value: Any) -> str:
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
              float: "a number", type(None): "null"}
     return names.get(type(value), type(value).__name__)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]

@@ -30,7 +30,7 @@ from typing import Any
 from kbv.answer import Answer
 from kbv.api import RunSession
 from kbv.candidates import Candidate, Pair, has_code
-from kbv.errors import ProblemError, ServiceError, did_you_mean
+from kbv.errors import ProblemError, ServiceError, did_you_mean, first_line
 from kbv.executors import Job
 from kbv.problems import Problem, content_hash, resolve_problem
 from kbv.reward_rules import RewardRule
@@ -154,7 +154,7 @@ class Service:
                     job.key, ProblemFailure(problem.key, str(exc), job.protocol, problem.hash))
         except BaseException as exc:  # cancelled by an abort, or a lane that failed for good
             outcome = _stopped() if self._state is State.STOPPED else ServiceError(
-                500, f"kbv failed on this pair: {type(exc).__name__}: {_first_line(exc)}")
+                500, f"kbv failed on this pair: {type(exc).__name__}: {first_line(exc)}")
         else:
             outcome = _stopped() if self._state is State.STOPPED else self._store(job, verdict)
         with self._lock:
@@ -166,7 +166,7 @@ class Service:
         try:
             self.session.store.put_verdict(job.key, verdict)
         except Exception as exc:  # the database is gone (a full disk): say so, keep serving
-            return ServiceError(500, f"kbv could not store the verdict: {type(exc).__name__}: {_first_line(exc)}")
+            return ServiceError(500, f"kbv could not store the verdict: {type(exc).__name__}: {first_line(exc)}")
         with self._lock:
             self._counts["pairs_evaluated"] += 1
         return verdict
@@ -283,7 +283,3 @@ def _when_all(futures: list[Future[Any]], then: Callable[[], None]) -> None:
 
     for fut in futures:
         fut.add_done_callback(one)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:300]
