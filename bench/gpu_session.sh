@@ -62,6 +62,8 @@ KB_RESUME=${KB_RESUME-docs/kernelbench_soundness.jsonl}
 REPEAT_RESUME=${REPEAT_RESUME-docs/repeat.json}
 # the identity sweep continues from its published JSON (a warm box from its last call's, /tmp/kbv-sweep/last.json)
 SWEEP_RESUME=${SWEEP_RESUME-docs/kernelbench_sweep.json}
+# pytest-timeout (on the box) for the GPU test steps: seconds a test may take, its setup included
+PT_TIMEOUT="--timeout=${GPU_TEST_TIMEOUT:-400} --timeout-method=thread"
 
 step() {  # step NAME SECONDS COMMAND... (never past $DEADLINE, epoch seconds, less $RESERVE, when set)
   local name=$1 limit=$2; shift 2
@@ -83,12 +85,15 @@ for s in "$@"; do
     env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
     # the whole GPU suite in two device calls: a (81 s, then the compiled fixtures' max-autotune builds, past
     # 370 s into an empty cache on an H100), b (every other file: 387 s of call 2 on 2026-12-06, and the red team's)
-    gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-560}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 \
+    # GPU_TEST_TIMEOUT: one test (setup included) that runs past it dumps every thread's stack and ends pytest,
+    # where a stall would take the call (2026-12-06-e: the corpus's setup sat 500 s in one call, 119 s in the next)
+    gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-560}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 $PT_TIMEOUT \
       ${GPU_TESTS_A:-tests/test_channel.py tests/generate tests/test_compiled.py} ;;
     gpu-tests-b) RESERVE=${RESERVE_B:-20} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-570}" python3 -m pytest -v -m gpu \
-      -p no:cacheprovider --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate \
+      -p no:cacheprovider $PT_TIMEOUT --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate \
       --ignore=tests/test_compiled.py ;;
-    gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 ${GPU_TESTS:-tests} ;;
+    gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 $PT_TIMEOUT \
+      ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
     examples-json) step examples-json 60 $KBV report /tmp/runs/examples --format json ;;
     examples-standard) step examples-standard "${EXAMPLES_LIMIT:-200}" $KBV eval examples/ --problems full --protocol standard --device cuda --run /tmp/runs/examples-standard ;;
