@@ -15,7 +15,8 @@
 # KB_RESUME an earlier KernelBench screen whose finished problems are kept. `kb-sweep` runs the identity sweep
 # (bench/kernelbench_sweep.py) SWEEP_CHUNK problems at a time, its JSON and page rewritten after each chunk; it
 # resumes from SWEEP_RESUME (docs/kernelbench_sweep.json) or, on a warm box, the last call's; the problems that
-# .dev/plans-<the card's GiB>.json (SWEEP_PLANS) refuses under verified go last.
+# .dev/plans-<the card's GiB>.json (SWEEP_PLANS) refuses under verified go last. SWEEP_AGAIN=1 with SWEEP_ONLY measures
+# those problems again, every other row of the resumed JSON kept (one published row remeasured: copy $OUT's JSON back).
 # AUDIT_FILES picks a slice of the CUDA-L1 audit (LEVEL/FILE globs); `focus` runs the corpus pairs of FOCUS_FILES in a run of their own. `pairs` runs throughput's
 # full case (both protocols, side by side) on the examples named by PAIRS_GLOB only.
 # `bwrap-site` unpacks .dev/bubblewrap_*.deb (fetch it on a machine with Debian's packages:
@@ -123,11 +124,12 @@ for s in "$@"; do
       gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | awk '{print int($1/1024+0.5)}')
       plans=${SWEEP_PLANS-.dev/plans-$gib.json}; [ -f "$plans" ] || plans="" 
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$sw" ] && sw=$(( DEADLINE - $(date +%s) ))
-      [ ! -f "$OUT/kernelbench_sweep.json" ] && [ -f /tmp/kbv-sweep/last.json ] && resume=/tmp/kbv-sweep/last.json
+      # SWEEP_RESUME= (empty) resumes from nothing, not even the warm box's last JSON
+      [ -n "$resume" ] && [ ! -f "$OUT/kernelbench_sweep.json" ] && [ -f /tmp/kbv-sweep/last.json ] && resume=/tmp/kbv-sweep/last.json
       step kb-sweep "$sw" python3 bench/kernelbench_sweep.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
         --timer-budget "${SWEEP_TIMER:-2}" --budget $(( sw - 60 )) --chunk "${SWEEP_CHUNK:-8}" --work /tmp/kbv-sweep \
         --out "$OUT/kernelbench_sweep.json" --markdown "$OUT/kernelbench_sweep.md" \
-        ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY} ${plans:+--refused-last $plans}
+        ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY} ${SWEEP_AGAIN:+--again} ${plans:+--refused-last $plans}
       cp "$OUT/kernelbench_sweep.json" /tmp/kbv-sweep/last.json 2>/dev/null ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;

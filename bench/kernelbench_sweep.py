@@ -26,6 +26,8 @@ past `--budget` seconds.
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda \
         --out sweep.json --markdown docs/kernelbench_sweep.md [--resume docs/kernelbench_sweep.json]
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cpu --only L1/12,L1/88,L1/19
+    PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda --only L1/64 --again \
+        --resume docs/kernelbench_sweep.json --out sweep.json   # one published row measured again, the rest kept
     PYTHONPATH=src python3 bench/kernelbench_sweep.py KERNELBENCH_DIR --device cuda --budget 360 --chunk 8 \
         --out sweep.json [--resume sweep.json]
 """
@@ -49,6 +51,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 IDENTITY_STATUSES = {"no_custom_kernel", "unsound_problem"}
 IDENTITY_BAND = 0.05  # the verified identity ratio's target: 1.00 +- this
 KEPT = ("judged", "refused")  # outcomes a resumed sweep keeps
+AGAIN_RUN = "run-again"  # --again's run directory under --work, emptied at its start (`run/` keeps the sweep's)
 
 
 def identity_source(problem_code: str) -> str:
@@ -158,10 +161,11 @@ def run(args: argparse.Namespace, problems: list[Any],
     from kbv.store import DB_NAME
 
     work = Path(args.work)
+    run_dir = work / (AGAIN_RUN if getattr(args, "again", False) else "run")
     shutil.rmtree(work / "chunk", ignore_errors=True)
     write_candidates(problems, work / "chunk")
     config = EvalConfig(candidates=str(work / "chunk"), problems=args.problems, protocol="both",
-                        device=args.device, run_dir=str(work / "run"), timer_budget_s=args.timer_budget,
+                        device=args.device, run_dir=str(run_dir), timer_budget_s=args.timer_budget,
                         timeout_s=args.timeout, prepare_timeout_s=args.prepare_timeout, seed=args.seed,
                         time_unattributed=True)
 
@@ -171,8 +175,8 @@ def run(args: argparse.Namespace, problems: list[Any],
     sound = soundness(args.soundness)
     device = _device_name(args.device)
 
-    if (work / "run" / DB_NAME).is_file():  # what the run directory holds resumes without a progress call
-        earlier = load_report(work / "run")
+    if (run_dir / DB_NAME).is_file():  # what the run directory holds resumes without a progress call
+        earlier = load_report(run_dir)
         for v in [*earlier.problem_failures, *earlier.verdicts]:  # a verdict stands over a failure
             if v.problem in by_key:
                 seen.setdefault(v.problem, {})[v.protocol or "standard"] = v
@@ -198,7 +202,7 @@ def run(args: argparse.Namespace, problems: list[Any],
         finished(rows)
 
     evaluate(config, progress=progress)
-    report = load_report(work / "run")
+    report = load_report(run_dir)
     wanted = {p.key for p in problems}
     verdicts: dict[str, dict[str, Any]] = {}
     for v in report.verdicts:
@@ -353,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soundness", default="docs/kernelbench_soundness.jsonl",
                     help="the soundness screen's JSONL: unsound_problem where it said sound is a false flag")
     ap.add_argument("--resume", default=None, help="an earlier --out: its judged and refused rows are kept")
+    ap.add_argument("--again", action="store_true",
+                    help="with --only: evaluate the selection again, in a fresh run directory of its own, even "
+                         "where --resume or --work judged it; every other row of --resume goes on as it was")
     ap.add_argument("--out", default=None, help="write the rows (and the summary) as JSON here")
     ap.add_argument("--markdown", default=None, help="write the page here (docs/kernelbench_sweep.md)")
     ap.add_argument("--chunk", type=int, default=8, help="problems a chunk: the outputs are written after each")
@@ -364,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.chunk < 1:
         ap.error("--chunk must be at least 1")
+    if args.again and not args.only:
+        ap.error("--again needs --only: it measures a selection again")
     from kbv.errors import KbvError
     from kbv.problems import load_problems
 
@@ -376,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print(f"error: no problem of {args.problems} matches --only {args.only}", file=sys.stderr)
         return 2
-    kept = _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
+    if args.again:  # nothing of the selection is kept: not the resumed rows, nor an earlier --again's verdicts
+        shutil.rmtree(Path(args.work) / AGAIN_RUN, ignore_errors=True)
+    kept = {} if args.again else _kept(args.resume, {p.key for p in problems}, _device_name(args.device))
     # every other row of the resumed file goes on to --out as it was until this run's row of its problem
     # replaces it: the rows of problems an --only run did not select, and the selection's rows that are
     # evaluated again (a failure, a false flag, a refusal made on another card) but not reached yet

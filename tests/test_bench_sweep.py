@@ -76,6 +76,19 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
     assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other", "L9/99_Gone"} and rows["L2/1_Other"] == published
     assert data["summary"]["remaining"] == 0
     assert "L2/1_Other" in page.read_text() and "--only" not in page.read_text()  # the page is the whole sweep's
+    # --again measures a judged row of the selection once more (an H100 row said standard 3.41x with no
+    # times kept), not from the resumed file nor from the run directory, and keeps every other row
+    judged = rows["L1/19_ReLU"]
+    retry = [a if a != "L1/19,L1/20" else "L1/19" for a in args]
+    fresh = _sweep(*retry, "--resume", str(out), "--again")
+    assert fresh.returncode == 0 and "L1/19_ReLU standard" in fresh.stdout and "kept" not in fresh.stdout, \
+        fresh.stdout[-2000:]
+    rows = {r["problem"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other", "L9/99_Gone"} and rows["L2/1_Other"] == published
+    assert rows["L1/19_ReLU"]["outcome"] == "judged" and rows["L1/19_ReLU"] != judged  # a new measurement
+    whole = [a for a in args if a not in ("--only", "L1/19,L1/20")]
+    refused = _sweep(*whole, "--again")
+    assert refused.returncode == 2 and "--again needs --only" in refused.stderr, refused.stderr[-500:]
 
 
 def test_each_chunk_evaluates_its_own_problems_and_the_json_holds_every_row(tmp_path: Path) -> None:
