@@ -30,7 +30,8 @@
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes); `identity-timer` then times cand and ref2 against ref with the
 # verified timer itself, rechecks off, copied out only, and made on the device; `identity-eval` runs the identities through whole runs, with
-# and without children started ahead and spares (bench/identity_eval.py).
+# and without children started ahead and spares (bench/identity_eval.py; IDENTITY_VARIANTS=default,no-aslr: the
+# children with address-space layout randomisation off, against two alike children 15% apart).
 # `cold` is a cold run
 # of COLD_N fresh candidates on an empty cache (bench/cold.py); `isolation` a launch-bound kernel timed
 # alone and under ISOLATION_BUILDS builds per build isolation (bench/isolation.py); `builds` the build

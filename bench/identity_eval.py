@@ -10,7 +10,11 @@ variant, each run in a fresh run directory (nothing resumed), timed through the 
   (`SPARES`) coming up while earlier pairs are evaluated;
 - `quiet`: neither: each child is started when its pair's turn comes, nothing else of ours runs;
 - `lane`: as `default`, but the children a lane times spread over all of its CPUs
-  (`kbv.placement.CHILD_CPUS` = 0), where by default the candidate and its baselines share one.
+  (`kbv.placement.CHILD_CPUS` = 0), where by default the candidate and its baselines share one;
+- `no-aslr`: as `default`, with address-space layout randomisation off in every child (Linux's
+  personality flag: `kbv.sandbox.parent.CHILD_ASLR`). Two alike children have timed a launch-bound call
+  15% apart; where that comes from each process's own layout of the interpreter, torch and their heaps,
+  the identities of this variant agree with 1.00 run after run and those of `default` do not.
 
 Per variant and problem: every run's speedup against the live TF32 baseline (1.00 is the truth), its
 interval, and the candidate's and the baseline's medians and spreads. Prints a table; `--out` writes JSON.
@@ -30,12 +34,15 @@ from typing import Any
 
 import kbv.executors.local as local
 import kbv.placement as placement
+import kbv.sandbox.parent as sandbox_parent
 from kbv.api import EvalConfig, evaluate
 from kbv.problems import find_problem, load_problems
 
 # variant -> (children started ahead, spare reference children, CPUs the lane's children share)
 VARIANTS = {"default": (local.PRESTART, local.SPARES, placement.CHILD_CPUS), "quiet": (0, 0, placement.CHILD_CPUS),
-            "lane": (local.PRESTART, local.SPARES, 0)}
+            "lane": (local.PRESTART, local.SPARES, 0),
+            "no-aslr": (local.PRESTART, local.SPARES, placement.CHILD_CPUS)}
+NO_ASLR = {"no-aslr"}  # the children start with address-space layout randomisation off
 
 
 def write_identities(problems: Any, keys: list[str], into: Path) -> None:
@@ -78,6 +85,8 @@ def main() -> int:
     if args.runs < 1:
         ap.error("--runs: expected at least 1")
     keys = [k for k in args.only.split(",") if k]
+    if NO_ASLR & set(variants) and not sys.platform.startswith("linux"):
+        ap.error("--variants no-aslr: Linux only")
     rows: list[dict[str, Any]] = []
     print(f"{'variant':8s} {'run':>3s} {'problem':16s} {'speedup':>8s} {'interval':>17s} "
           f"{'cand us':>8s} {'sd':>7s} {'base us':>8s} {'sd':>7s}")
@@ -89,6 +98,7 @@ def main() -> int:
         for run in range(args.runs):
             for variant in variants:  # alternated, run by run: drift in the machine touches both alike
                 local.PRESTART, local.SPARES, placement.CHILD_CPUS = VARIANTS[variant]
+                sandbox_parent.CHILD_ASLR = variant not in NO_ASLR
                 got = one_run(cands, args.problems, args.device, root / f"{variant}-{run}", root / "cache",
                               11 + run, args.timer_budget)
                 for r in got:

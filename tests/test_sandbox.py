@@ -5,6 +5,7 @@ Each test here starts real child processes (~2.5 s each on a small CPU box: the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -404,3 +405,41 @@ def test_children_of_one_label_get_working_directories_of_their_own(tmp_path: Pa
         assert not second.work_dir.exists()
         assert first.work_dir.is_dir()
     assert not first.work_dir.exists()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (bwrap's processes, then the child)."""
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the personality flag is Linux's")
+def test_a_child_asked_to_run_without_aslr_does_so_with_its_privileges_dropped_and_serves(
+        tmp_path: Path, spec: ChildSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/identity_eval.py's no-aslr variant: the child that answers has address-space layout
+    randomisation off (bwrap's exec as root clears an inherited flag, so the child starts itself again),
+    still runs as the uid it dropped to, and serves as any other."""
+    import kbv.sandbox.parent as parent
+
+    monkeypatch.setattr(parent, "CHILD_ASLR", False)
+    with Sandbox(spec) as sb:
+        assert sb.call({"op": "hello"}, CALL_TIMEOUT_S)["device"] == "cpu"
+        assert sb.proc is not None
+        child = next(p for p in [sb.proc.pid, *_descendants(sb.proc.pid)]  # python -m kbv.sandbox.child, not bwrap
+                     if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"kbv.sandbox.child"])
+        said = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert int(Path(f"/proc/{child}/personality").read_text(), 16) & 0x0040000, said  # ADDR_NO_RANDOMIZE
+        drop = sb.isolation.child_drop()
+        if drop is not None:
+            uids = Path(f"/proc/{child}/status").read_text().split("\nUid:")[1].split()[:3]
+            assert uids == [str(drop[0])] * 3, uids
+        assert _load(sb, _candidate(tmp_path, HONEST_RELU))["loaded"] is True
+        x = torch.randn(8, 32, generator=torch.Generator().manual_seed(3))
+        reply, out = _forward(sb, x)
+        torch.testing.assert_close(out, torch.relu(x), rtol=0, atol=0)

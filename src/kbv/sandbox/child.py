@@ -1,8 +1,11 @@
 """The sandbox child: `python -m kbv.sandbox.child CMD_FD RES_FD SOCK_FD [--parent PID]
-[--drop UID:GID[:GROUPS]] [--limits basic|nproc]`.
+[--drop UID:GID[:GROUPS]] [--limits basic|nproc] [--aslr off|set]`.
 
 Before anything else it drops to UID:GID when asked (inside bubblewrap run as root: every
-capability goes too) and sets its resource limits (`kbv.sandbox.isolation`).
+capability goes too) and sets its resource limits (`kbv.sandbox.isolation`). With `--aslr off`
+(a bench's, `kbv.sandbox.parent.CHILD_ASLR`) it then starts itself again with address-space layout
+randomisation off (`--aslr set`): an exec as root (bwrap's) clears that flag, so it cannot be
+inherited from the parent.
 
 This module is the only place candidate code is ever imported (see `_import_candidate`). It holds
 no seeds, no reference outputs and no inputs beyond those of the request in hand. It reads pickled
@@ -923,6 +926,29 @@ def _options(args: list[str]) -> dict[str, str]:
     return {args[i].removeprefix("--"): args[i + 1] for i in range(0, len(args), 2)}
 
 
+ADDR_NO_RANDOMIZE = 0x0040000  # <sys/personality.h>
+
+
+def _without_aslr(argv: list[str], opts: dict[str, str]) -> None:
+    """Start this child again with address-space layout randomisation off (Linux's personality flag),
+    once its privileges are dropped and its limits set: an exec as root clears the flag (it gains the
+    bounding set's capabilities), one that changes no credentials keeps it, as it keeps the uid, the
+    limits and the descriptors. The new process neither drops nor limits again, nor tries again (`--aslr
+    set`): a child that dropped nothing runs on as root, with the flag cleared. Returns where the flag
+    cannot be set: the child then runs as it is."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.personality.restype = ctypes.c_int
+    libc.personality.argtypes = [ctypes.c_ulong]
+    current = libc.personality(0xFFFFFFFF)  # reads it without changing it
+    if current == -1 or libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
+        return
+    again = {k: v for k, v in opts.items() if k not in ("drop", "limits")} | {"aslr": "set"}
+    os.execv(sys.executable, [sys.executable, "-m", "kbv.sandbox.child", *argv[1:4],
+                              *(x for k, v in again.items() for x in (f"--{k}", v))])
+
+
 def main(argv: list[str]) -> int:
     opts = _options(argv[4:])
     if "drop" in opts:  # UID:GID[:G1,G2...]
@@ -932,6 +958,8 @@ def main(argv: list[str]) -> int:
         from kbv.sandbox.isolation import apply_limits
 
         apply_limits(nproc=opts["limits"] == "nproc")
+    if opts.get("aslr") == "off" and sys.platform.startswith("linux"):
+        _without_aslr(argv, opts)
     _die_with_parent(int(opts["parent"]) if "parent" in opts else None)
     cmd_fd, res_fd, fd_sock = int(argv[1]), int(argv[2]), int(argv[3])
     for fd in (cmd_fd, res_fd, fd_sock):

@@ -41,6 +41,10 @@ from kbv.sandbox.wire import (
 from kbv.verdict import Status
 
 TAIL_BYTES = 16 * 1024
+# False: every child starts with address-space layout randomisation off (`--aslr off`). A bench's
+# setting (bench/identity_eval.py's no-aslr variant): two alike children have timed a launch-bound
+# call 15% apart, and each process's own layout is one suspect.
+CHILD_ASLR = True
 
 # What each reply must hold. A reply that lacks it came from a broken or forged result channel
 # (the candidate can write to it): the pair fails as `crashed`, the run goes on.
@@ -258,6 +262,8 @@ class Sandbox:
             argv += ["--drop", f"{drop[0]}:{drop[1]}" + (f":{groups}" if groups else "")]
         if iso.limits:
             argv += ["--limits", "nproc" if iso.owner is not None else "basic"]
+        if not CHILD_ASLR:
+            argv += ["--aslr", "off"]
         return argv
 
     def _view(self, env: dict[str, str]) -> ChildView:
