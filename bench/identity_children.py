@@ -7,7 +7,13 @@ then taken through some of what a candidate goes through before it is timed: `fo
 correctness call), `checked` (correctness's trials as they run: each twice over poisoned memory, the
 first checked), `memory` (the memory measurement), `attribution` (the profiler and the ghost
 replay); then every child warms up as a profiled one, as the timer has it. `ref` and `ref2` are
-alike (the control: what two alike children differ by).
+alike (the control: what two alike children differ by); `ref3`, `ref4`... are more of them. A name
+with `@noaslr` after it is that child with address-space layout randomisation off: where alike
+children differ by their own layout, `ref2@noaslr`... agree with `ref@noaslr` and `ref2`... do not
+agree with `ref`:
+
+    PYTHONPATH=src python3 bench/identity_children.py --device cuda --only L1/2_ReLU,L1/6_Softmax \
+        --children ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr
 
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
@@ -38,6 +44,7 @@ from typing import Any
 
 import torch
 
+import kbv.sandbox.parent as sandbox_parent
 from kbv.placement import current_plan, enter_lane_thread
 from kbv.problems import find_problem, instantiate_problem, load_problems
 from kbv.protocols.verified.rules import SENTINEL
@@ -98,6 +105,18 @@ HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
 }
 
 
+NO_ASLR = "@noaslr"  # a child name's suffix: it runs with address-space layout randomisation off
+
+
+def history(name: str) -> tuple[str, tuple[str, ...]]:
+    """A child's (source, steps): HISTORIES' own, `refN` (N > 2) one more alike reference child, and
+    either with NO_ASLR after it. Raises KeyError for any other name."""
+    base = name.removesuffix(NO_ASLR)
+    if re.fullmatch(r"ref[3-9]|ref[1-9][0-9]", base):
+        return HISTORIES["ref"]
+    return HISTORIES[base]
+
+
 def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device: str, pool: list[list[Any]],
                   module: Any, like: list[torch.Tensor], init: list[Any], names: list[str],
                   cpus: tuple[int, ...] = ()) -> None:
@@ -105,10 +124,14 @@ def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device
     identity = re.sub(r"\bModel\b", "ModelNew", problem.code)
     dev = torch.device(device)
     for name in names:
-        source, steps = HISTORIES[name]
+        source, steps = history(name)
         sb = Sandbox(_spec(root, name, device, cpus), label=name)
         children[name] = sb
-        sb.start()
+        sandbox_parent.CHILD_ASLR = not name.endswith(NO_ASLR)
+        try:
+            sb.start()
+        finally:
+            sandbox_parent.CHILD_ASLR = True
         sb.ready(CALL_S)
         if source == "reference":
             sb.call({"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
@@ -204,8 +227,15 @@ def main() -> int:
     if any(m not in ("none", "copy", "device") for m in modes):
         ap.error("--timer: expected off, or some of none, copy, device")
     names = [n for n in args.children.split(",") if n]
-    if "ref" not in names or any(n not in HISTORIES for n in names):
-        ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}")
+    try:
+        for n in names:
+            history(n)
+    except KeyError:
+        n = None
+    if "ref" not in names or n is None:
+        ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}, ref3... (more alike "
+                 f"reference children), each with {NO_ASLR} after it (that child without address-space "
+                 "layout randomisation)")
     device = args.device if args.device != "cuda" else "cuda:0"
     cpus: tuple[int, ...] = ()
     if args.cpus == "lane":
