@@ -56,6 +56,8 @@ OUT=${OUT:-/tmp/kbv-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE KBV_CACHE_DIR=/tmp/kbv-cache
 export KBV_TEST_CACHE_DIR=$KBV_CACHE_DIR RAY_USAGE_STATS_ENABLED=0
+# the GPU tests' runs: a line per verdict, and what a run waits on (tests/verdict_log.py); every fixture's verdict
+export KBV_RUN_LOG=${KBV_RUN_LOG:-$OUT/test-runs.log} KBV_CORPUS_LOG=${KBV_CORPUS_LOG:-$OUT/test-verdicts.jsonl}
 KBV="python3 -m kbv"
 # an earlier call's (or invocation's) bwrap stays on PATH: no step runs unsandboxed by accident
 [ -x /tmp/bwrap-site/usr/bin/bwrap ] && export PATH=/tmp/bwrap-site/usr/bin:$PATH

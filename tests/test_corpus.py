@@ -25,7 +25,7 @@ import pytest
 
 from kbv.api import EvalConfig, evaluate
 from kbv.verdict import KIND, Category, Kind, Status, Verdict
-from verdict_log import log_verdicts
+from verdict_log import log_verdicts, run_log
 
 CORPUS = Path(__file__).parent / "corpus"
 _HEADER_RE = re.compile(r"^# kbv-fixture: expect=(\S+) categories=(\S*) standard=(\S+)\s*$")
@@ -75,7 +75,7 @@ def run_corpus(kind: str, device: str, tmp_path_factory: pytest.TempPathFactory,
     config = EvalConfig(candidates=str(root / kind), problems="smoke", protocol="both", device=device,
                         run_dir=str(tmp_path_factory.mktemp(f"{root.name}-{kind}-run")), cache_dir=str(cache_dir),
                         timeout_s=timeout_s, timer_budget_s=3.0, ci_target=0.05, seed=seed)
-    result = evaluate(config)
+    result = evaluate(config, **run_log(f"corpus-{kind}"))
     log_verdicts(result.verdicts)
     assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
     assert not result.problem_failures, result.problem_failures

@@ -14,7 +14,7 @@ import pytest
 
 from kbv.api import EvalConfig, evaluate
 from kbv.problems import find_problem, load_problems
-from verdict_log import log_verdicts
+from verdict_log import log_verdicts, run_log
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def verdicts(tmp_path_factory, cache_dir):
     # time_unattributed: an identity is no_custom_kernel, timed all the same for its figures (a bench setting)
     result = evaluate(EvalConfig(candidates=str(cands), problems="smoke", protocol="verified", device="cuda",
                                  run_dir=str(root / "run"), cache_dir=str(cache_dir), seed=11, trials=1,
-                                 timer_budget_s=4.0, time_unattributed=True))
+                                 timer_budget_s=4.0, time_unattributed=True), **run_log("identity-gpu"))
     log_verdicts(result.verdicts)
     return {v.problem: v for v in result.verdicts}
 

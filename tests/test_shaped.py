@@ -20,7 +20,7 @@ from kbv.api import EvalConfig, evaluate
 from kbv.suite import smoke_source
 from kbv.verdict import Verdict
 from test_corpus import Fixture, check_fixture, read_fixture
-from verdict_log import log_verdicts
+from verdict_log import log_verdicts, run_log
 
 SHAPED = Path(__file__).parent / "corpus" / "shaped"
 CPU_FIXTURES = [read_fixture(p) for p in sorted((SHAPED / "cpu").glob("*.py"))]
@@ -46,7 +46,8 @@ def run_shaped(kinds: tuple[str, ...], device: str, tmp_path_factory: pytest.Tem
             (cands / src.name).write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(problems), protocol="both", device=device,
                                  run_dir=str(tmp_path_factory.mktemp(f"shaped-{device}-run")), cache_dir=str(cache_dir),
-                                 timeout_s=300, timer_budget_s=3.0, ci_target=0.05, seed=4321))
+                                 timeout_s=300, timer_budget_s=3.0, ci_target=0.05, seed=4321),
+                      **run_log(f"shaped-{device}"))
     log_verdicts(result.verdicts)
     assert not result.unpaired, [f"{u.candidate.origin}: {u.reason}" for u in result.unpaired]
     assert not result.problem_failures, result.problem_failures

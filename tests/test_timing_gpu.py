@@ -12,7 +12,7 @@ import pytest
 
 from kbv.api import EvalConfig, evaluate
 from kbv.verdict import Category, Status
-from verdict_log import log_verdicts
+from verdict_log import log_verdicts, run_log
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def verdicts(tmp_path_factory, cache_dir):
         (cands / f"1_Matmul__{name}.py").write_text(src)
     result = evaluate(EvalConfig(candidates=str(cands), problems=str(root / "problems"), protocol="verified",
                                  device="cuda", run_dir=str(root / "run"), cache_dir=str(cache_dir),
-                                 seed=7, timer_budget_s=4.0, ci_target=0.02))
+                                 seed=7, timer_budget_s=4.0, ci_target=0.02), **run_log("timing-gpu"))
     log_verdicts(result.verdicts)
     return {v.candidate.split("__")[-1]: v for v in result.verdicts}
 
