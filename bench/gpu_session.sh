@@ -90,9 +90,11 @@ for s in "$@"; do
     env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
     # the whole GPU suite in two device calls: a (81 s, then the compiled fixtures' max-autotune builds, past
     # 370 s into an empty cache on an H100), b (every other file: 387 s of call 2 on 2026-12-06, and the red team's)
-    # GPU_TEST_TIMEOUT: one test (setup included) that runs past it dumps every thread's stack and ends pytest,
+    # GPU_TEST_TIMEOUT (a: GPU_TEST_TIMEOUT_A, past the compiled fixtures' cold builds): one test (setup included)
+    # that runs past it dumps every thread's stack and ends pytest,
     # where a stall would take the call (2026-12-06-e: the corpus's setup sat 500 s in one call, 119 s in the next)
-    gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-560}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 $PT_TIMEOUT \
+    gpu-tests-a) step gpu-tests-a "${GPU_TESTS_A_LIMIT:-560}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 \
+      --timeout="${GPU_TEST_TIMEOUT_A:-540}" --timeout-method=thread \
       ${GPU_TESTS_A:-tests/test_channel.py tests/generate tests/test_compiled.py} ;;
     gpu-tests-b) RESERVE=${RESERVE_B:-20} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-570}" python3 -m pytest -v -m gpu \
       -p no:cacheprovider $PT_TIMEOUT --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate \
@@ -134,7 +136,7 @@ for s in "$@"; do
       step kb-sweep "$sw" python3 bench/kernelbench_sweep.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
         --timer-budget "${SWEEP_TIMER:-2}" --budget $(( sw - 60 )) --chunk "${SWEEP_CHUNK:-8}" --work /tmp/kbv-sweep \
         --out "$OUT/kernelbench_sweep.json" --markdown "$OUT/kernelbench_sweep.md" \
-        ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY} ${SWEEP_AGAIN:+--again} ${plans:+--refused-last $plans}
+        ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY} $([ "${SWEEP_AGAIN:-0}" = 1 ] && echo --again) ${plans:+--refused-last $plans}
       cp "$OUT/kernelbench_sweep.json" /tmp/kbv-sweep/last.json 2>/dev/null ;;
     corpus) step corpus "${CORPUS_LIMIT:-300}" python3 bench/gpu_verdicts.py corpus 4 ;;
     bench) step bench "${BENCH_LIMIT:-420}" python3 bench/timing_fidelity.py --problems full --budget "${BENCH_BUDGET:-6}" ${BENCH_ONLY:+--only $BENCH_ONLY} ;;

@@ -85,7 +85,9 @@ def test_a_small_problem_is_judged_and_a_huge_one_refused_and_a_resumed_sweep_ke
         fresh.stdout[-2000:]
     rows = {r["problem"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"L1/19_ReLU", "L1/20_Huge", "L2/1_Other", "L9/99_Gone"} and rows["L2/1_Other"] == published
-    assert rows["L1/19_ReLU"]["outcome"] == "judged" and rows["L1/19_ReLU"] != judged  # a new measurement
+    assert rows["L1/19_ReLU"]["outcome"] == "judged"
+    assert rows["L1/19_ReLU"]["verified"]["pair_s"] != judged["verified"]["pair_s"]  # measured again
+    assert json.loads(out.read_text())["summary"]["remaining"] == 0
     whole = [a for a in args if a not in ("--only", "L1/19,L1/20")]
     refused = _sweep(*whole, "--again")
     assert refused.returncode == 2 and "--again needs --only" in refused.stderr, refused.stderr[-500:]

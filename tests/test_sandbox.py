@@ -419,27 +419,52 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _layout(pid: int) -> str:
+    """Where the dynamic loader is mapped in process `pid` (randomised per process unless ASLR is off)."""
+    return next(line.split("-", 1)[0] for line in Path(f"/proc/{pid}/maps").read_text().splitlines()
+                if "/ld-linux" in line or "/ld-musl" in line)
+
+
+def _served_by(sb: Sandbox) -> int:
+    """The pid of the process that answers for `sb` (python -m kbv.sandbox.child, not bwrap's)."""
+    assert sb.proc is not None
+    for pid in [sb.proc.pid, *_descendants(sb.proc.pid)]:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"kbv.sandbox.child"]:
+                return pid
+    raise AssertionError(f"no kbv.sandbox.child process under pid {sb.proc.pid}")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the personality flag is Linux's")
-def test_a_child_asked_to_run_without_aslr_does_so_with_its_privileges_dropped_and_serves(
-        tmp_path: Path, spec: ChildSpec, monkeypatch: pytest.MonkeyPatch) -> None:
-    """bench/identity_eval.py's no-aslr variant: the child that answers has address-space layout
-    randomisation off (bwrap's exec as root clears an inherited flag, so the child starts itself again),
-    still runs as the uid it dropped to, and serves as any other."""
+def test_children_asked_to_run_without_aslr_share_one_layout_keep_their_dropped_uid_and_serve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/identity_eval.py's no-aslr variant: the children that answer are laid out alike (bwrap's
+    exec as root clears an inherited flag, so each child starts itself again with it), still run as the
+    uid they dropped to, and serve as any other; children left as they are are laid out apart."""
     import kbv.sandbox.parent as parent
 
-    monkeypatch.setattr(parent, "CHILD_ASLR", False)
-    with Sandbox(spec) as sb:
-        assert sb.call({"op": "hello"}, CALL_TIMEOUT_S)["device"] == "cpu"
-        assert sb.proc is not None
-        child = next(p for p in [sb.proc.pid, *_descendants(sb.proc.pid)]  # python -m kbv.sandbox.child, not bwrap
-                     if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"kbv.sandbox.child"])
-        said = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        assert int(Path(f"/proc/{child}/personality").read_text(), 16) & 0x0040000, said  # ADDR_NO_RANDOMIZE
-        drop = sb.isolation.child_drop()
-        if drop is not None:
-            uids = Path(f"/proc/{child}/status").read_text().split("\nUid:")[1].split()[:3]
-            assert uids == [str(drop[0])] * 3, uids
-        assert _load(sb, _candidate(tmp_path, HONEST_RELU))["loaded"] is True
-        x = torch.randn(8, 32, generator=torch.Generator().manual_seed(3))
-        reply, out = _forward(sb, x)
-        torch.testing.assert_close(out, torch.relu(x), rtol=0, atol=0)
+    def spec(name: str) -> ChildSpec:
+        return ChildSpec(work_dir=tmp_path / name / "work", build_dir=tmp_path / name / "build", device="cpu")
+
+    def layouts(aslr: bool) -> list[str]:
+        monkeypatch.setattr(parent, "CHILD_ASLR", aslr)
+        with Sandbox(spec(f"{aslr}-a")) as a, Sandbox(spec(f"{aslr}-b")) as b:
+            found = []
+            for sb in (a, b):
+                assert sb.call({"op": "hello"}, CALL_TIMEOUT_S)["device"] == "cpu"
+                pid = _served_by(sb)
+                drop = sb.isolation.child_drop()
+                if drop is not None:
+                    uids = Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[:3]
+                    assert uids == [str(drop[0])] * 3, uids
+                found.append(_layout(pid))
+            path = _candidate(tmp_path / f"{aslr}-a", HONEST_RELU)
+            assert _load(a, path)["loaded"] is True
+            x = torch.randn(8, 32, generator=torch.Generator().manual_seed(3))
+            torch.testing.assert_close(_forward(a, x)[1], torch.relu(x), rtol=0, atol=0)
+            return found
+
+    off = layouts(False)
+    assert off[0] == off[1], off
+    if Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0":  # where the machine randomises
+        assert len(set(layouts(True) + off[:1])) == 3  # each child its own layout, neither the one above

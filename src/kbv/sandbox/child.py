@@ -934,8 +934,9 @@ def _without_aslr(argv: list[str], opts: dict[str, str]) -> None:
     once its privileges are dropped and its limits set: an exec as root clears the flag (it gains the
     bounding set's capabilities), one that changes no credentials keeps it, as it keeps the uid, the
     limits and the descriptors. The new process neither drops nor limits again, nor tries again (`--aslr
-    set`): a child that dropped nothing runs on as root, with the flag cleared. Returns where the flag
-    cannot be set: the child then runs as it is."""
+    set`), and checks that the flag held (`_aslr_held`). A bench's setting: where it cannot be had (a
+    seccomp filter that refuses the call, an exec that clears it), the child ends with why, so that no
+    figure said to be without randomisation was made with it."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
@@ -943,10 +944,22 @@ def _without_aslr(argv: list[str], opts: dict[str, str]) -> None:
     libc.personality.argtypes = [ctypes.c_ulong]
     current = libc.personality(0xFFFFFFFF)  # reads it without changing it
     if current == -1 or libc.personality(current | ADDR_NO_RANDOMIZE) == -1:
-        return
+        raise SystemExit(f"kbv child: cannot turn address-space layout randomisation off: "
+                         f"{os.strerror(ctypes.get_errno())}")
     again = {k: v for k, v in opts.items() if k not in ("drop", "limits")} | {"aslr": "set"}
-    os.execv(sys.executable, [sys.executable, "-m", "kbv.sandbox.child", *argv[1:4],
-                              *(x for k, v in again.items() for x in (f"--{k}", v))])
+    try:
+        os.execv(sys.executable, [sys.executable, "-m", "kbv.sandbox.child", *argv[1:4],
+                                  *(x for k, v in again.items() for x in (f"--{k}", v))])
+    except OSError as exc:
+        raise SystemExit(f"kbv child: cannot start again without address-space layout randomisation: {exc}") from exc
+
+
+def _aslr_held() -> None:
+    """After `_without_aslr`'s exec: end the child where the flag did not survive it."""
+    text = open("/proc/self/personality", encoding="ascii").read()
+    if not int(text, 16) & ADDR_NO_RANDOMIZE:
+        raise SystemExit("kbv child: address-space layout randomisation is still on after starting again "
+                         "(an exec that changes credentials clears it)")
 
 
 def main(argv: list[str]) -> int:
@@ -960,6 +973,8 @@ def main(argv: list[str]) -> int:
         apply_limits(nproc=opts["limits"] == "nproc")
     if opts.get("aslr") == "off" and sys.platform.startswith("linux"):
         _without_aslr(argv, opts)
+    if opts.get("aslr") == "set":
+        _aslr_held()
     _die_with_parent(int(opts["parent"]) if "parent" in opts else None)
     cmd_fd, res_fd, fd_sock = int(argv[1]), int(argv[2]), int(argv[3])
     for fd in (cmd_fd, res_fd, fd_sock):
