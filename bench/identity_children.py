@@ -117,6 +117,14 @@ def history(name: str) -> tuple[str, tuple[str, ...]]:
     return HISTORIES[base]
 
 
+def _known(name: str) -> bool:
+    try:
+        history(name)
+    except KeyError:
+        return False
+    return True
+
+
 def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device: str, pool: list[list[Any]],
                   module: Any, like: list[torch.Tensor], init: list[Any], names: list[str],
                   cpus: tuple[int, ...] = ()) -> None:
@@ -227,12 +235,7 @@ def main() -> int:
     if any(m not in ("none", "copy", "device") for m in modes):
         ap.error("--timer: expected off, or some of none, copy, device")
     names = [n for n in args.children.split(",") if n]
-    try:
-        for n in names:
-            history(n)
-    except KeyError:
-        n = None
-    if "ref" not in names or n is None:
+    if "ref" not in names or not all(map(_known, names)):
         ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}, ref3... (more alike "
                  f"reference children), each with {NO_ASLR} after it (that child without address-space "
                  "layout randomisation)")

@@ -956,8 +956,9 @@ def _without_aslr(argv: list[str], opts: dict[str, str]) -> None:
 
 def _aslr_held() -> None:
     """After `_without_aslr`'s exec: end the child where the flag did not survive it."""
-    text = open("/proc/self/personality", encoding="ascii").read()
-    if not int(text, 16) & ADDR_NO_RANDOMIZE:
+    with open("/proc/self/personality", encoding="ascii") as f:
+        flags = int(f.read(), 16)
+    if not flags & ADDR_NO_RANDOMIZE:
         raise SystemExit("kbv child: address-space layout randomisation is still on after starting again "
                          "(an exec that changes credentials clears it)")
 
