@@ -10,10 +10,12 @@ replay); then every child warms up as a profiled one, as the timer has it. `ref`
 alike (the control: what two alike children differ by); `ref3`, `ref4`... are more of them. A name
 with `@noaslr` after it is that child with address-space layout randomisation off: where alike
 children differ by their own layout, `ref2@noaslr`... agree with `ref@noaslr` and `ref2`... do not
-agree with `ref`:
+agree with `ref`. `@hash0` is that child with Python's string hashing fixed (PYTHONHASHSEED=0, where
+each child otherwise draws its own seed, and with it its dicts' layout and probe chains); both may be
+given (`ref@noaslr@hash0`):
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --only L1/2_ReLU,L1/6_Softmax \
-        --children ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr
+        --children ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr,ref@hash0,ref2@hash0
 
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
@@ -55,10 +57,11 @@ CALL_S = 300.0
 CHECKED_TRIALS = 10  # the verified protocol's hidden trials (5 distributions x 2)
 
 
-def _spec(root: Path, name: str, device: str, cpus: tuple[int, ...] = ()) -> ChildSpec:
+def _spec(root: Path, name: str, device: str, cpus: tuple[int, ...] = (),
+          env: tuple[tuple[str, str], ...] = ()) -> ChildSpec:
     (root / name).mkdir(parents=True, exist_ok=True)
     return ChildSpec(work_dir=root / name / "work", build_dir=root / name / "build", device=device,
-                     parent_device=device if device.startswith("cuda") else None, cpus=cpus)
+                     parent_device=device if device.startswith("cuda") else None, cpus=cpus, extra_env=env)
 
 
 def _inputs(module: Any, seed: int, device: torch.device) -> list[Any]:
@@ -106,12 +109,26 @@ HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
 
 
 NO_ASLR = "@noaslr"  # a child name's suffix: it runs with address-space layout randomisation off
+HASH0 = "@hash0"  # a child name's suffix: its Python hashes strings with seed 0 (PYTHONHASHSEED)
+
+
+def modifiers(name: str) -> tuple[str, set[str]]:
+    """A child's name split into its base and its suffixes (NO_ASLR, HASH0, in any order)."""
+    found: set[str] = set()
+    while True:
+        for suffix in (NO_ASLR, HASH0):
+            if name.endswith(suffix) and suffix not in found:
+                found.add(suffix)
+                name = name.removesuffix(suffix)
+                break
+        else:
+            return name, found
 
 
 def history(name: str) -> tuple[str, tuple[str, ...]]:
     """A child's (source, steps): HISTORIES' own, `refN` (N > 2) one more alike reference child, and
-    either with NO_ASLR after it. Raises KeyError for any other name."""
-    base = name.removesuffix(NO_ASLR)
+    either with NO_ASLR or HASH0 (or both) after it. Raises KeyError for any other name."""
+    base, _ = modifiers(name)
     if re.fullmatch(r"ref[3-9]|ref[1-9][0-9]", base):
         return HISTORIES["ref"]
     return HISTORIES[base]
@@ -133,9 +150,11 @@ def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device
     dev = torch.device(device)
     for name in names:
         source, steps = history(name)
-        sb = Sandbox(_spec(root, name, device, cpus), label=name)
+        mods = modifiers(name)[1]
+        env = (("PYTHONHASHSEED", "0"),) if HASH0 in mods else ()
+        sb = Sandbox(_spec(root, name, device, cpus, env), label=name)
         children[name] = sb
-        sandbox_parent.CHILD_ASLR = not name.endswith(NO_ASLR)
+        sandbox_parent.CHILD_ASLR = NO_ASLR not in mods
         try:
             sb.start()
         finally:
@@ -237,8 +256,8 @@ def main() -> int:
     names = [n for n in args.children.split(",") if n]
     if "ref" not in names or not all(map(_known, names)):
         ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}, ref3... (more alike "
-                 f"reference children), each with {NO_ASLR} after it (that child without address-space "
-                 "layout randomisation)")
+                 f"reference children), each with {NO_ASLR} (that child without address-space layout "
+                 f"randomisation) or {HASH0} (its string hashing seeded 0) or both after it")
     device = args.device if args.device != "cuda" else "cuda:0"
     cpus: tuple[int, ...] = ()
     if args.cpus == "lane":
