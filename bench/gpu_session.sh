@@ -29,7 +29,7 @@
 # it resumes from /tmp/kbv-redteam/run-<problems>, so a later call on a warm box goes on where it stopped.
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes; IDENTITY_CHILDREN=ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr
-# sets alike children with and without address-space layout randomisation side by side); `identity-timer` then times cand and ref2 against ref with the
+# sets alike children with and without address-space layout randomisation side by side; @hash0, @moved: docs in the bench); `identity-timer` then times cand and ref2 against ref with the
 # verified timer itself, rechecks off, copied out only, and made on the device; `identity-eval` runs the identities through whole runs, with
 # and without children started ahead and spares (bench/identity_eval.py; IDENTITY_VARIANTS=default,no-aslr: the
 # children with address-space layout randomisation off, against two alike children 15% apart).

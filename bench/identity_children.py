@@ -12,7 +12,12 @@ with `@noaslr` after it is that child with address-space layout randomisation of
 children differ by their own layout, `ref2@noaslr`... agree with `ref@noaslr` and `ref2`... do not
 agree with `ref`. `@hash0` is that child with Python's string hashing fixed (PYTHONHASHSEED=0, where
 each child otherwise draws its own seed, and with it its dicts' layout and probe chains); both may be
-given (`ref@noaslr@hash0`):
+given (`ref@noaslr@hash0`). `@moved` is that child with its buffers placed again before each of its
+blocks: the pool handed over anew behind 0 to 4 extra copies of its sets (which it times as well: the
+same work), then the model loaded again (its weights allocated while the last ones are still held).
+Where alike children differ by where their buffers sit on the device, `@moved` children agree with each
+other (each samples many placements), and their rounds spread more than a fixed child's (2026-12-06-f:
+layout randomisation and string hashing ruled out, the spread in the device stream's own time):
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --only L1/2_ReLU,L1/6_Softmax \
         --children ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr,ref@hash0,ref2@hash0
@@ -20,7 +25,8 @@ given (`ref@noaslr@hash0`):
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
 (begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, the
-probed launch and synchronise, and `ref`'s whole window over its own. With `--timer`, each child is
+probed launch and synchronise, `ref`'s whole window over its own, and the slowest round's median over
+the quickest's (`rounds`). With `--timer`, each child is
 then timed against `ref` by the verified protocol's own timer (`measure_speed`: ABBA blocks, the
 window's costs taken out), its rechecks off, copied out only, or made on the device, with nothing else
 of a run around it: where these come out at
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
 import sys
@@ -110,13 +117,15 @@ HISTORIES = {  # child -> (source, the steps it goes through before its warm-up)
 
 NO_ASLR = "@noaslr"  # a child name's suffix: it runs with address-space layout randomisation off
 HASH0 = "@hash0"  # a child name's suffix: its Python hashes strings with seed 0 (PYTHONHASHSEED)
+MOVED = "@moved"  # a child name's suffix: its pool and model placed again before each block (`place_again`)
+SUFFIXES = (NO_ASLR, HASH0, MOVED)
 
 
 def modifiers(name: str) -> tuple[str, set[str]]:
-    """A child's name split into its base and its suffixes (NO_ASLR, HASH0, in any order)."""
+    """A child's name split into its base and its suffixes (SUFFIXES, in any order)."""
     found: set[str] = set()
     while True:
-        for suffix in (NO_ASLR, HASH0):
+        for suffix in SUFFIXES:
             if name.endswith(suffix) and suffix not in found:
                 found.add(suffix)
                 name = name.removesuffix(suffix)
@@ -127,7 +136,7 @@ def modifiers(name: str) -> tuple[str, set[str]]:
 
 def history(name: str) -> tuple[str, tuple[str, ...]]:
     """A child's (source, steps): HISTORIES' own, `refN` (N > 2) one more alike reference child, and
-    either with NO_ASLR or HASH0 (or both) after it. Raises KeyError for any other name."""
+    either with any of SUFFIXES after it. Raises KeyError for any other name."""
     base, _ = modifiers(name)
     if re.fullmatch(r"ref[3-9]|ref[1-9][0-9]", base):
         return HISTORIES["ref"]
@@ -144,8 +153,10 @@ def _known(name: str) -> bool:
 
 def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device: str, pool: list[list[Any]],
                   module: Any, like: list[torch.Tensor], init: list[Any], names: list[str],
-                  cpus: tuple[int, ...] = ()) -> None:
-    """Start `names`' children into `children` (the caller closes them, whatever happens)."""
+                  cpus: tuple[int, ...] = ()) -> dict[str, dict[str, Any]]:
+    """Start `names`' children into `children` (the caller closes them, whatever happens); returns each
+    child's load command."""
+    loads: dict[str, dict[str, Any]] = {}
     identity = re.sub(r"\bModel\b", "ModelNew", problem.code)
     dev = torch.device(device)
     for name in names:
@@ -161,14 +172,15 @@ def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device
             sandbox_parent.CHILD_ASLR = True
         sb.ready(CALL_S)
         if source == "reference":
-            sb.call({"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
-                     "init_args": init, "seed": 1, "precision": "tf32"}, CALL_S)
+            loads[name] = {"op": "load", "source": "reference", "code": problem.code, "origin": problem.origin,
+                           "init_args": init, "seed": 1, "precision": "tf32"}
         else:
             path = root / name / "build" / f"{problem.name}__identity.py"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(identity)
-            sb.call({"op": "load", "source": "candidate", "path": str(path), "init_args": init, "seed": 1,
-                     "precision": "tf32"}, CALL_S)
+            loads[name] = {"op": "load", "source": "candidate", "path": str(path), "init_args": init, "seed": 1,
+                           "precision": "tf32"}
+        sb.call(loads[name], CALL_S)
         if "forward" in steps:
             _forward(sb, _inputs(module, 101, dev), like)
         if "checked" in steps:
@@ -179,15 +191,31 @@ def make_children(children: dict[str, Sandbox], problem: Any, root: Path, device
         if "attribution" in steps:
             _attribution(sb, [_inputs(module, 200 + k, dev) for k in range(3)], like)
         sb.call({"op": "warmup", "ms": 100.0, "profiled": True}, CALL_S)
+    return loads
 
 
-def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int) -> dict[str, dict[str, float]]:
+def place_again(sb: Sandbox, pool: list[list[Any]], load: dict[str, Any], rng: random.Random) -> None:
+    """A MOVED child's buffers placed again: the pool handed over anew behind 0 to 4 extra copies of its
+    own sets (timed as well: the same work on the same inputs), then the model loaded again, its
+    weights allocated while the last ones are still held, then a short warm-up as a profiled child."""
+    extra = rng.randrange(5)
+    load_pool(sb, [pool[k % len(pool)] for k in range(extra)] + pool, 0, CALL_S)
+    sb.call(load, CALL_S)
+    sb.call({"op": "warmup", "ms": 100.0, "profiled": True}, CALL_S)
+
+
+def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[list[Any]],
+            loads: dict[str, dict[str, Any]] | None = None, seed: int = 0) -> dict[str, dict[str, float]]:
     got: dict[str, dict[str, list[float]]] = {n: {"whole": [], "stream": [], "host": [], "launch": [], "sync": []}
                                               for n in children}
     names = list(children)
+    pool_len = len(pool)
+    rng = random.Random(seed)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
+            if MOVED in modifiers(name)[1] and loads is not None:
+                place_again(children[name], pool, loads[name], rng)
             reply = children[name].call({"op": "time_block", "start": (r * block) % pool_len, "n": block,
                                          "probe_costs": True}, CALL_S)
             g = got[name]
@@ -197,7 +225,9 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool_len: int
             costs = reply.get("window_costs_ms") or [float("nan"), float("nan")]
             g["launch"].append(costs[0] * 1e3)
             g["sync"].append(costs[1] * 1e3)
-    return {n: {k: statistics.median(v) for k, v in g.items() if v} for n, g in got.items()}
+            g.setdefault("rounds", []).append(statistics.median(g["whole"][-block:]))
+    return {n: {k: statistics.median(v) for k, v in g.items() if v and k != "rounds"}
+               | {"round_spread": max(g["rounds"]) / min(g["rounds"])} for n, g in got.items()}
 
 
 def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[torch.Tensor], model: Any,
@@ -268,7 +298,7 @@ def main() -> int:
     print(f"children on CPUs {list(cpus) or 'as started'}")
     problems = load_problems(args.problems)
     rows: list[dict[str, Any]] = []
-    head = f"{'problem':28s} {'child':13s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s}"
+    head = f"{'problem':28s} {'child':13s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s} {'rounds':>7s}"
     print(head)
     print("-" * len(head))
     for key in [k for k in args.only.split(",") if k]:
@@ -287,8 +317,8 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="kbv-identity-") as tmp:
             children: dict[str, Sandbox] = {}
             try:
-                make_children(children, problem, Path(tmp), device, pool, module, like, init, names, cpus)
-                figures = measure(children, args.rounds, args.block, len(pool))
+                loads = make_children(children, problem, Path(tmp), device, pool, module, like, init, names, cpus)
+                figures = measure(children, args.rounds, args.block, pool, loads)
                 for recheck in modes:
                     timers += timed_pairs(children, pool, like, model, recheck)
             finally:
@@ -299,7 +329,7 @@ def main() -> int:
             rows.append({"problem": problem.key, "child": name, **{k: round(v, 2) for k, v in f.items()},
                          "ratio": round(ref / f["whole"], 4)})
             print(f"{problem.key[:28]:28s} {name:13s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
-                  f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f}", flush=True)
+                  f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f} {f['round_spread']:7.3f}", flush=True)
         for t in timers:
             rows.append({"problem": problem.key, "timer": True, **t})
             print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref, rechecks {t['recheck']:6s}: "
