@@ -17,7 +17,9 @@ blocks: the pool handed over anew behind 0 to 4 extra copies of its sets (which 
 same work), then the model loaded again (its weights allocated while the last ones are still held).
 Where alike children differ by where their buffers sit on the device, `@moved` children agree with each
 other (each samples many placements), and their rounds spread more than a fixed child's (2026-12-06-f:
-layout randomisation and string hashing ruled out, the spread in the device stream's own time):
+layout randomisation and string hashing ruled out, the spread in the device stream's own time). A GPU
+question: on this CPU box a `@moved` child's calls come out up to twice as slow as a fixed child's (its
+host memory mapped anew each time), which says nothing about a device's caching allocator:
 
     PYTHONPATH=src python3 bench/identity_children.py --device cuda --only L1/2_ReLU,L1/6_Softmax \
         --children ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr,ref@hash0,ref2@hash0
