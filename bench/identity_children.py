@@ -11,12 +11,14 @@ alike (the control: what two alike children differ by); `ref3`, `ref4`... are mo
 with `@noaslr` after it is that child with address-space layout randomisation off: where alike
 children differ by their own layout, `ref2@noaslr`... agree with `ref@noaslr` and `ref2`... do not
 agree with `ref`. `@hash0` is that child with Python's string hashing fixed (PYTHONHASHSEED=0, where
-each child otherwise draws its own seed, and with it its dicts' layout and probe chains); both may be
-given (`ref@noaslr@hash0`). `@moved` is that child with its buffers placed again before each of its
-blocks: the pool handed over anew behind 0 to 4 extra copies of its sets (which it times as well: the
-same work), then the model loaded again (its weights allocated while the last ones are still held).
-Where alike children differ by where their buffers sit on the device, `@moved` children agree with each
-other (each samples many placements), and their rounds spread more than a fixed child's (2026-12-06-f:
+each child otherwise draws its own seed, and with it its dicts' layout and probe chains). `@moved` is
+that child with its buffers placed again before each of its blocks: the pool handed over anew behind 0
+to 4 extra copies of its sets (which it times as well: the same work), then the model loaded again (its
+weights allocated while the last ones are still held, so that with the caching allocator's exact-size
+reuse they most likely swap between two places, where the pool's sets move among several). Suffixes
+combine in any order (`ref2@moved@noaslr`). Where alike children differ by where their buffers sit on
+the device, `@moved` children agree with each other more than fixed ones do (each samples several
+placements), and their rounds spread more than a fixed child's (2026-12-06-f:
 layout randomisation and string hashing ruled out, the spread in the device stream's own time). A GPU
 question: on this CPU box a `@moved` child's calls come out up to twice as slow as a fixed child's (its
 host memory mapped anew each time), which says nothing about a device's caching allocator:
@@ -228,6 +230,9 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[li
             g["launch"].append(costs[0] * 1e3)
             g["sync"].append(costs[1] * 1e3)
             g.setdefault("rounds", []).append(statistics.median(g["whole"][-block:]))
+    for name in names:  # the plain pool again, so that a later --timer's pool indices are the parent's
+        if MOVED in modifiers(name)[1] and loads is not None:
+            load_pool(children[name], pool, 0, CALL_S)
     return {n: {k: statistics.median(v) for k, v in g.items() if v and k != "rounds"}
                | {"round_spread": max(g["rounds"]) / min(g["rounds"])} for n, g in got.items()}
 
@@ -288,8 +293,9 @@ def main() -> int:
     names = [n for n in args.children.split(",") if n]
     if "ref" not in names or not all(map(_known, names)):
         ap.error(f"--children must name ref and only these: {', '.join(HISTORIES)}, ref3... (more alike "
-                 f"reference children), each with {NO_ASLR} (that child without address-space layout "
-                 f"randomisation) or {HASH0} (its string hashing seeded 0) or both after it")
+                 f"reference children), each with any of {NO_ASLR} (that child without address-space "
+                 f"layout randomisation), {HASH0} (its string hashing seeded 0) and {MOVED} (its buffers "
+                 "placed again before each block) after it, in any order")
     device = args.device if args.device != "cuda" else "cuda:0"
     cpus: tuple[int, ...] = ()
     if args.cpus == "lane":
@@ -300,7 +306,7 @@ def main() -> int:
     print(f"children on CPUs {list(cpus) or 'as started'}")
     problems = load_problems(args.problems)
     rows: list[dict[str, Any]] = []
-    head = f"{'problem':28s} {'child':13s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s} {'rounds':>7s}"
+    head = f"{'problem':28s} {'child':18s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s} {'rounds':>7s}"
     print(head)
     print("-" * len(head))
     for key in [k for k in args.only.split(",") if k]:
@@ -328,9 +334,9 @@ def main() -> int:
                     sb.close()
         ref = figures["ref"]["whole"]
         for name, f in figures.items():
-            rows.append({"problem": problem.key, "child": name, **{k: round(v, 2) for k, v in f.items()},
+            rows.append({"problem": problem.key, "child": name, **{k: round(v, 4 if k == "round_spread" else 2) for k, v in f.items()},
                          "ratio": round(ref / f["whole"], 4)})
-            print(f"{problem.key[:28]:28s} {name:13s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
+            print(f"{problem.key[:28]:28s} {name:18s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
                   f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f} {f['round_spread']:7.3f}", flush=True)
         for t in timers:
             rows.append({"problem": problem.key, "timer": True, **t})
