@@ -209,16 +209,17 @@ def place_again(sb: Sandbox, pool: list[list[Any]], load: dict[str, Any], rng: r
 
 
 def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[list[Any]],
-            loads: dict[str, dict[str, Any]] | None = None, seed: int = 0) -> dict[str, dict[str, float]]:
+            loads: dict[str, dict[str, Any]], seed: int = 0) -> dict[str, dict[str, float]]:
     got: dict[str, dict[str, list[float]]] = {n: {"whole": [], "stream": [], "host": [], "launch": [], "sync": []}
                                               for n in children}
     names = list(children)
+    moved = [n for n in names if MOVED in modifiers(n)[1]]
     pool_len = len(pool)
     rng = random.Random(seed)
     for r in range(rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            if MOVED in modifiers(name)[1] and loads is not None:
+            if name in moved:
                 place_again(children[name], pool, loads[name], rng)
             reply = children[name].call({"op": "time_block", "start": (r * block) % pool_len, "n": block,
                                          "probe_costs": True}, CALL_S)
@@ -230,9 +231,8 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[li
             g["launch"].append(costs[0] * 1e3)
             g["sync"].append(costs[1] * 1e3)
             g.setdefault("rounds", []).append(statistics.median(g["whole"][-block:]))
-    for name in names:  # the plain pool again, so that a later --timer's pool indices are the parent's
-        if MOVED in modifiers(name)[1] and loads is not None:
-            load_pool(children[name], pool, 0, CALL_S)
+    for name in moved:  # the plain pool again, so that a later --timer's pool indices are the parent's
+        load_pool(children[name], pool, 0, CALL_S)
     return {n: {k: statistics.median(v) for k, v in g.items() if v and k != "rounds"}
                | {"round_spread": max(g["rounds"]) / min(g["rounds"])} for n, g in got.items()}
 
