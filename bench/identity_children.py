@@ -29,8 +29,13 @@ host memory mapped anew each time), which says nothing about a device's caching 
 Then every child times blocks of calls on the same pool, in turn, for `--rounds` rounds, each block
 followed by the window's own costs probed in that child. Per child: the median whole window
 (begin -> done, nothing taken out), the call's own stream (begin -> end), the host's time, the
-probed launch and synchronise, `ref`'s whole window over its own, and the slowest round's median over
-the quickest's (`rounds`). With `--timer`, each child is
+probed launch and synchronise, `ref`'s whole window over its own, the slowest round's median over
+the quickest's (`rounds`), and the device's SM clock read through NVML just after each block (`MHz`: its
+median and its least; the JSON keeps each round's median and the clock before and after each block).
+The rounds of every child spread about 2x on an H100 (2026-12-06-g), `@moved` or not, with nothing here
+warming the clocks: `--warm-blocks` warms them before every block as the timer does before its window,
+so that a child's spread from the clock falling on a launch-bound, mostly idle device shows as the
+difference between a run with it and one without. With `--timer`, each child is
 then timed against `ref` by the verified protocol's own timer (`measure_speed`: ABBA blocks, the
 window's costs taken out), its rechecks off, copied out only, or made on the device, with nothing else
 of a run around it: where these come out at
@@ -52,16 +57,20 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import kbv.sandbox.parent as sandbox_parent
+from kbv.clocks import warm_clocks
 from kbv.placement import current_plan, enter_lane_thread
 from kbv.problems import find_problem, instantiate_problem, load_problems
 from kbv.protocols.verified.rules import SENTINEL
 from kbv.protocols.verified.timer import load_pool
+from kbv.provenance import nvml_session
 from kbv.sandbox import ChildSpec, Sandbox
 
 CALL_S = 300.0
@@ -209,9 +218,12 @@ def place_again(sb: Sandbox, pool: list[list[Any]], load: dict[str, Any], rng: r
 
 
 def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[list[Any]],
-            loads: dict[str, dict[str, Any]], seed: int = 0) -> dict[str, dict[str, float]]:
-    got: dict[str, dict[str, list[float]]] = {n: {"whole": [], "stream": [], "host": [], "launch": [], "sync": []}
-                                              for n in children}
+            loads: dict[str, dict[str, Any]], seed: int = 0, read_mhz: Callable[[], int] | None = None,
+            warm: Callable[[], object] | None = None) -> dict[str, dict[str, Any]]:
+    """Each child's medians over `rounds` rounds of a block each, in turn. `read_mhz` (the device's SM
+    clock, MHz) is read just before and just after each block; `warm` (kbv.clocks) runs before each."""
+    got: dict[str, dict[str, list[float]]] = {n: {"whole": [], "stream": [], "host": [], "launch": [], "sync": [],
+                                                  "rounds": [], "mhz_before": [], "mhz_after": []} for n in children}
     names = list(children)
     moved = [n for n in names if MOVED in modifiers(n)[1]]
     pool_len = len(pool)
@@ -221,20 +233,42 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[li
         for name in order:
             if name in moved:
                 place_again(children[name], pool, loads[name], rng)
+            g = got[name]
+            if warm is not None:
+                warm()
+            if read_mhz is not None:
+                g["mhz_before"].append(read_mhz())
             reply = children[name].call({"op": "time_block", "start": (r * block) % pool_len, "n": block,
                                          "probe_costs": True}, CALL_S)
-            g = got[name]
+            if read_mhz is not None:
+                g["mhz_after"].append(read_mhz())
             g["whole"] += [x * 1e3 for x in reply["device_ms"]]
             g["stream"] += [x * 1e3 for x in reply["stream_ms"]]
             g["host"] += [x * 1e3 for x in reply["host_ms"]]
             costs = reply.get("window_costs_ms") or [float("nan"), float("nan")]
             g["launch"].append(costs[0] * 1e3)
             g["sync"].append(costs[1] * 1e3)
-            g.setdefault("rounds", []).append(statistics.median(g["whole"][-block:]))
+            g["rounds"].append(statistics.median(g["whole"][-block:]))
     for name in moved:  # the plain pool again, so that a later --timer's pool indices are the parent's
         load_pool(children[name], pool, 0, CALL_S)
-    return {n: {k: statistics.median(v) for k, v in g.items() if v and k != "rounds"}
-               | {"round_spread": max(g["rounds"]) / min(g["rounds"])} for n, g in got.items()}
+    per_round = ("rounds", "mhz_before", "mhz_after")
+    return {n: {k: statistics.median(v) for k, v in g.items() if v and k not in per_round}
+               | {"round_spread": max(g["rounds"]) / min(g["rounds"])}
+               | {f"{k}_each": [round(x, 1) for x in g[k]] for k in per_round if g[k]}
+            for n, g in got.items()}
+
+
+def sm_clock(device: str, stack: ExitStack) -> Callable[[], int] | None:
+    """A reader of CUDA `device`'s SM clock (MHz) through NVML, or None where it cannot be read (a CPU,
+    nvidia-ml-py missing)."""
+    if not device.startswith("cuda"):
+        return None
+    try:
+        pynvml, handle = stack.enter_context(nvml_session(device))
+        pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
+    except Exception:
+        return None
+    return lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
 
 
 def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[torch.Tensor], model: Any,
@@ -285,6 +319,10 @@ def main() -> int:
     ap.add_argument("--cpus", default="lane", choices=("lane", "none"),
                     help="lane: the children on one CPU of a lane and this process on the other, as a run "
                          "places them; none: where they start")
+    ap.add_argument("--warm-blocks", action="store_true",
+                    help="warm the device's clocks (kbv.clocks, as the timer does before its window) before every "
+                         "block (off: never): where alike children time apart because the clock falls while "
+                         "launch-bound blocks leave the device idle, they agree with it on")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     modes = [m for m in args.timer.split(",") if m and m != "off"]
@@ -306,7 +344,7 @@ def main() -> int:
     print(f"children on CPUs {list(cpus) or 'as started'}")
     problems = load_problems(args.problems)
     rows: list[dict[str, Any]] = []
-    head = f"{'problem':28s} {'child':18s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s} {'rounds':>7s}"
+    head = f"{'problem':28s} {'child':18s} {'whole us':>9s} {'stream us':>9s} {'host us':>8s} {'launch':>7s} {'sync':>7s} {'vs ref':>7s} {'rounds':>7s} {'MHz':>11s}"
     print(head)
     print("-" * len(head))
     for key in [k for k in args.only.split(",") if k]:
@@ -326,7 +364,10 @@ def main() -> int:
             children: dict[str, Sandbox] = {}
             try:
                 loads = make_children(children, problem, Path(tmp), device, pool, module, like, init, names, cpus)
-                figures = measure(children, args.rounds, args.block, pool, loads)
+                with ExitStack() as nvml:
+                    read_mhz = sm_clock(device, nvml)
+                    warm = (lambda: warm_clocks(device)) if args.warm_blocks else None
+                    figures = measure(children, args.rounds, args.block, pool, loads, read_mhz=read_mhz, warm=warm)
                 for recheck in modes:
                     timers += timed_pairs(children, pool, like, model, recheck)
             finally:
@@ -334,10 +375,14 @@ def main() -> int:
                     sb.close()
         ref = figures["ref"]["whole"]
         for name, f in figures.items():
-            rows.append({"problem": problem.key, "child": name, **{k: round(v, 4 if k == "round_spread" else 2) for k, v in f.items()},
+            rows.append({"problem": problem.key, "child": name, "warm_blocks": args.warm_blocks,
+                         **{k: v if isinstance(v, list) else round(v, 4 if k == "round_spread" else 2) for k, v in f.items()},
                          "ratio": round(ref / f["whole"], 4)})
+            after = f.get("mhz_after_each")  # the clock just after each block: its median, and its least
+            mhz = f"{statistics.median(after):5.0f} {min(after):5.0f}" if after else f"{'-':>11s}"
             print(f"{problem.key[:28]:28s} {name:18s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
-                  f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f} {f['round_spread']:7.3f}", flush=True)
+                  f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f} {f['round_spread']:7.3f} {mhz}",
+                  flush=True)
         for t in timers:
             rows.append({"problem": problem.key, "timer": True, **t})
             print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref, rechecks {t['recheck']:6s}: "
