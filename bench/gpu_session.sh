@@ -187,6 +187,9 @@ for s in "$@"; do
           "$(grep oom_kill /proc/vmstat) $(df -m /tmp | awk 'NR==2 {print "tmp free " $4 " MiB"}')"; sleep 5; done ) \
         > "$OUT/hostmem.log" 2>&1 & ;;
     host-memory) step host-memory 120 python3 -m pytest -v -p no:cacheprovider -rs tests/test_host_memory.py ;;
+    # the identity test alone, its whole report kept (2026-12-06-g lost L1/2_ReLU's figure to a tail of 30 lines)
+    identity-test) step identity-test "${IDENTITY_TEST_LIMIT:-150}" python3 -m pytest -q -m gpu -p no:cacheprovider -rA \
+      tests/test_identity_gpu.py ;;
     shaped) step shaped "${SHAPED_LIMIT:-240}" python3 -m pytest -q -m gpu -p no:cacheprovider --durations=10 tests/test_shaped.py ${SHAPED_MORE:-} ;;
     warm-audit) echo "=== warm-audit (background)"; mkdir -p /tmp/audit/cands
       for l in ${AUDIT_LEVELS:-level1 level2 level3}; do cp -r .dev/cuda_l1/candidates/$l /tmp/audit/cands/; done
