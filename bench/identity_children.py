@@ -271,6 +271,21 @@ def sm_clock(device: str, stack: ExitStack) -> Callable[[], int] | None:
     return lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
 
 
+def clock_said(figures: dict[str, dict[str, Any]]) -> str | None:
+    """Whether the clock moves the rounds: the correlation, over every child's blocks, between a block's
+    median whole window and the SM clock read just after it (strongly negative: slower blocks ran on a
+    lower clock), with the clock's least and greatest reading; None where the clock was not read."""
+    pairs = [(t, mhz) for f in figures.values() for t, mhz in zip(f.get("rounds_each", ()), f.get("mhz_after_each", ()))]
+    if len(pairs) < 3:
+        return None
+    clocks = [mhz for _, mhz in pairs]
+    if min(clocks) == max(clocks):
+        return f"clock {clocks[0]:.0f} MHz after every one of {len(pairs)} blocks: it does not move the rounds"
+    r = statistics.correlation([t for t, _ in pairs], clocks)
+    return (f"block median vs clock after it: r = {r:+.2f} over {len(pairs)} blocks, "
+            f"clock {min(clocks):.0f} to {max(clocks):.0f} MHz")
+
+
 def timed_pairs(children: dict[str, Sandbox], pool: list[list[Any]], like: list[torch.Tensor], model: Any,
                 recheck: str) -> list[dict[str, Any]]:
     """The verified protocol's own timer (`measure_speed`) between these children, nothing else running:
@@ -383,6 +398,9 @@ def main() -> int:
             print(f"{problem.key[:28]:28s} {name:18s} {f['whole']:9.1f} {f['stream']:9.1f} {f['host']:8.1f} "
                   f"{f['launch']:7.1f} {f['sync']:7.1f} {ref / f['whole']:7.3f} {f['round_spread']:7.3f} {mhz}",
                   flush=True)
+        said = clock_said(figures)
+        if said:
+            print(f"{problem.key[:28]:28s} {said}", flush=True)
         for t in timers:
             rows.append({"problem": problem.key, "timer": True, **t})
             print(f"{problem.key[:28]:28s} timer {t['child']:>13s} vs ref, rechecks {t['recheck']:6s}: "
