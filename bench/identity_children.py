@@ -65,12 +65,11 @@ from typing import Any
 import torch
 
 import kbv.sandbox.parent as sandbox_parent
-from kbv.clocks import warm_clocks
+from kbv.clocks import sm_reader, warm_clocks
 from kbv.placement import current_plan, enter_lane_thread
 from kbv.problems import find_problem, instantiate_problem, load_problems
 from kbv.protocols.verified.rules import SENTINEL
 from kbv.protocols.verified.timer import load_pool
-from kbv.provenance import nvml_session
 from kbv.sandbox import ChildSpec, Sandbox
 
 CALL_S = 300.0
@@ -258,19 +257,6 @@ def measure(children: dict[str, Sandbox], rounds: int, block: int, pool: list[li
             for n, g in got.items()}
 
 
-def sm_clock(device: str, stack: ExitStack) -> Callable[[], int] | None:
-    """A reader of CUDA `device`'s SM clock (MHz) through NVML, or None where it cannot be read (a CPU,
-    nvidia-ml-py missing)."""
-    if not device.startswith("cuda"):
-        return None
-    try:
-        pynvml, handle = stack.enter_context(nvml_session(device))
-        pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
-    except Exception:
-        return None
-    return lambda: int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
-
-
 def clock_said(figures: dict[str, dict[str, Any]]) -> str | None:
     """Whether the clock moves the rounds: the correlation, over every child's blocks, between a block's
     median whole window and the SM clock read just after it (strongly negative: slower blocks ran on a
@@ -380,7 +366,8 @@ def main() -> int:
             try:
                 loads = make_children(children, problem, Path(tmp), device, pool, module, like, init, names, cpus)
                 with ExitStack() as nvml:
-                    read_mhz = sm_clock(device, nvml)
+                    reader = sm_reader(device, nvml) if device.startswith("cuda") else None
+                    read_mhz = (lambda: reader()[0]) if reader is not None else None
                     warm = (lambda: warm_clocks(device)) if args.warm_blocks else None
                     figures = measure(children, args.rounds, args.block, pool, loads, read_mhz=read_mhz, warm=warm)
                 for recheck in modes:

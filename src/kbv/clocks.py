@@ -105,7 +105,7 @@ def warm_clocks(device: str, max_ms: float = MAX_MS) -> ClockWarmup | None:
 
     try:
         with contextlib.ExitStack() as stack:
-            return keep_busy(busy, _sm_reader(device, stack), max_ms)
+            return keep_busy(busy, sm_reader(device, stack), max_ms)
     except torch.OutOfMemoryError:  # a problem that fills the device (buffers, cuBLAS's workspace): as it is
         return None
     finally:  # nothing of the warm-up stays cached in this process while a child times on the device
@@ -113,7 +113,7 @@ def warm_clocks(device: str, max_ms: float = MAX_MS) -> ClockWarmup | None:
         torch.cuda.empty_cache()
 
 
-def _sm_reader(device: str, stack: contextlib.ExitStack) -> Callable[[], tuple[int, int]] | None:
+def sm_reader(device: str, stack: contextlib.ExitStack) -> Callable[[], tuple[int, int]] | None:
     """A function returning (SM clock, the clock it boosts to) in MHz for `device`, or None without
     NVML. The boost target is the maximum SM clock, or the application clock where one is set lower
     (the device then boosts to that, and no warm-up would reach the maximum)."""
