@@ -30,7 +30,8 @@
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes; IDENTITY_CHILDREN=ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr
 # sets alike children with and without address-space layout randomisation side by side; @hash0, @moved: docs in the bench;
-# IDENTITY_WARM=1 warms the device's clocks before every block, the MHz column reads them after each); `identity-timer` then times cand and ref2 against ref with the
+# IDENTITY_WARM=1 warms the device's clocks before every block, the MHz column reads them after each; `identity-clock`
+# runs it cold, then warmed, each run's log and JSON under its own name); `identity-timer` then times cand and ref2 against ref with the
 # verified timer itself, rechecks off, copied out only, and made on the device; `identity-eval` runs the identities through whole runs, with
 # and without children started ahead and spares (bench/identity_eval.py; IDENTITY_VARIANTS=default,no-aslr: the
 # children with address-space layout randomisation off, against two alike children 15% apart).
@@ -121,6 +122,13 @@ for s in "$@"; do
     identity-children) step identity-children "${IDENTITY_LIMIT:-200}" python3 bench/identity_children.py --device cuda \
       --only "${IDENTITY_ONLY:-L1/2_ReLU,L1/6_Softmax,L3/1_MLP}" --rounds "${IDENTITY_ROUNDS:-20}" --cpus "${IDENTITY_CPUS:-lane}" \
       ${IDENTITY_CHILDREN:+--children $IDENTITY_CHILDREN} ${IDENTITY_WARM:+--warm-blocks} --out "$OUT/identity_children.json" ;;
+    # the clock experiment: identity-children twice, on cold clocks then warmed before every block, each run's log
+    # and JSON kept under its own name (identity-children-{cold,warm}.log, identity_children_{cold,warm}.json)
+    identity-clock) for v in cold warm; do
+        IDENTITY_WARM=$([ $v = warm ] && echo 1) OUT=$OUT DEADLINE=${DEADLINE:-} bash "$0" identity-children
+        mv "$OUT/identity-children.log" "$OUT/identity-children-$v.log" 2>/dev/null
+        mv "$OUT/identity_children.json" "$OUT/identity_children_$v.json" 2>/dev/null
+      done ;;
     kb-soundness) kb=${KB_LIMIT:-420}
       [ -n "${DEADLINE:-}" ] && [ $(( DEADLINE - $(date +%s) )) -lt "$kb" ] && kb=$(( DEADLINE - $(date +%s) ))
       step kb-soundness "$kb" python3 bench/kernelbench_soundness.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
