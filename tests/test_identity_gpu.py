@@ -3,7 +3,13 @@ baseline runs: under the verified protocol it must time at 1.00 (issue 37). On l
 the figure is mostly the host's launch path, so whatever the candidate's child does around a timed
 call that the baseline's child does not (a profiler left attached by its attribution, a guard, a
 wrapper) shows here first. Marked `gpu`: skipped without CUDA. bench/repeat.py measures the same
-across runs."""
+across runs.
+
+One run cannot hold every identity to 1.00 +- 0.05: on an H100 (docs/gpu/2026-12-07) four alike reference
+children of L1/2_ReLU, every block at the boost clock, came out 0.83-1.15 of each other once the window's
+31 us of costs were taken out of their 39 us windows, each child's offset steady over 14 rounds. So a
+launch-bound identity may stand outside +-0.05 where its interval, which holds what alike processes differ
+by (`kbv.protocols.verified.timer.process_spread`), holds 1.00; and that interval must still say something."""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 IDENTITY = ("L1/2_ReLU", "L1/6_Softmax", "L3/1_MLP")  # microseconds a call at the smoke suite's sizes
 # 1.00 +- 0.03 is the target over runs (bench/repeat.py); one run's figure is allowed its interval on top
 WITHIN = 0.05
+SPAN = 2.0  # an interval wider than this (its high end over its low end) says nothing of an identity
 
 
 @pytest.fixture(scope="module")
@@ -52,4 +59,5 @@ def test_an_identity_candidate_times_as_its_baseline(verdicts, key):
     # three runs. A string, so that pytest prints it whole (it cuts a dict's repr, the notes with it)
     said = repr({"speedup": round(speedup, 4), "ci": ci, "candidate_ms": round(v.timing.candidate.median_ms, 5),
                  "baseline_ms": round(base.median_ms, 5) if base else None, "notes": v.timing.notes})
-    assert abs(speedup - 1.0) <= WITHIN, said
+    assert ci is not None and ci[1] / ci[0] <= SPAN, said
+    assert abs(speedup - 1.0) <= WITHIN or ci[0] <= 1.0 <= ci[1], said

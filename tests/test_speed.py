@@ -24,6 +24,7 @@ from kbv.protocols.verified.timer import (
     load_pool,
     measure_speed,
     pool_size,
+    process_spread,
     settle,
 )
 from kbv.sandbox import ChildSpec, Sandbox
@@ -437,6 +438,32 @@ def test_speedups_are_judged_only_between_sides_that_were_timed():
     assert speedups == {"eager-tf32": pytest.approx(0.8)} and set(cis) == {"eager-tf32"}
     charged, _ = judge_speedups(cand, {"eager-tf32": base}, 2.0, set())
     assert charged["eager-tf32"] == pytest.approx(0.4)
+
+
+def _steady(ms: float, n: int = 200) -> list[float]:
+    """`n` calls of one process, spread 3% about `ms` (a fixed draw)."""
+    gen = torch.Generator().manual_seed(int(ms * 1e6))
+    return [ms * (1.0 + 0.03 * float(x)) for x in torch.randn(n, generator=gen)]
+
+
+def test_an_identitys_interval_holds_what_two_alike_processes_differ_by():
+    # an H100's alike reference children of L1/2_ReLU: 8.14 and 8.77 us once 31.1 us of costs are taken out of
+    # their windows (docs/gpu/2026-12-07). Over their calls alone the interval leaves 1.00 out
+    cand, base = _steady(0.00877), _steady(0.00814)
+    _, calls_only = judge_speedups(cand, {"eager-tf32": base}, 1.0, set())
+    speedups, cis = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), 0.0311)
+    lo, hi = cis["eager-tf32"]
+    assert calls_only["eager-tf32"][1] < 1.0 < hi and lo < speedups["eager-tf32"] < hi
+    # milliseconds-long calls: the costs are a sliver of them, and the interval stays a few percent wide
+    _, cis = judge_speedups(_steady(8.22), {"eager-tf32": _steady(8.13)}, 1.0, set(), 0.030)
+    lo, hi = cis["eager-tf32"]
+    assert lo <= 1.0 <= hi and hi / lo < 1.04
+    # on a CPU (no costs taken out) the processes' own share of the figure alone; a charged wall clock divides
+    # the interval with the speedup
+    assert process_spread(1.0, None) == pytest.approx(0.005)
+    speedups, cis = judge_speedups(_steady(1.0), {"eager-tf32": _steady(2.0)}, 2.0, set())
+    lo, hi = cis["eager-tf32"]
+    assert lo < speedups["eager-tf32"] < hi and 0.96 < lo and hi < 1.04
 
 
 @pytest.mark.parametrize("burst_rounds, short", [((), False), (tuple(range(64)), True)])

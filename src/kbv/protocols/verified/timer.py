@@ -7,7 +7,8 @@ device-wide synchronise inside its timed window. Children report each call's who
 window's own costs (the synchronise's return, the quickest launch: idle time) are measured by a
 baseline's child, which runs no candidate code, right after each of its blocks, and the parent takes
 them out of the calls of that round, the candidate's and the baselines' alike (`settle`). Sampling
-stops once every median is known to the target precision, or at a cap. A side whose calls are too
+stops once every median is known to the target precision, or at a cap. The speedup's interval is the
+bootstrap's over the calls, widened by what two alike processes differ by (`process_spread`). A side whose calls are too
 short to time against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). Before
 any of it, every child stands as a profiled one does (a GPU's CUPTI, which a profiler session leaves
 attached: `kbv.sandbox.child`). A random call of every candidate block has its output copied out and
@@ -368,8 +369,10 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
     short = {s.name: why for s in sides if s.device_ms and (why := too_short_to_time(
         s.name, stats[s.name].median_ms, s.capped_rounds, len(set(s.rounds)), resolution, taken))}
     speedups, cis = judge_speedups(sides[0].device_ms, {s.name: s.device_ms for s in sides[1:]}, bound.charge,
-                                   set(short))
+                                   set(short), taken)
     notes = bound.notes + tuple(short.values())
+    if cis:
+        notes += (process_note(taken),)
     if short:
         notes += (f"no speedup where a side was too short to time ({', '.join(short)})",)
     if typical is not None:
@@ -382,21 +385,65 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
                        too_short=tuple(short))
 
 
+# What a bootstrap over one process's calls cannot see: two alike processes time the same call apart by
+# an offset that holds for their whole lives (their launch paths, where their buffers sit). Measured on
+# an H100 (docs/gpu/2026-12-07), as standard deviations of one side's figure from process to process:
+# four alike reference children of launch-bound problems, every block at 1980 MHz, differed in their
+# whole windows by about 0.5-0.8 us on windows whose costs taken out were 31 us (one child 1.7 us slower
+# than another in 12 of 14 rounds), and 36 of KernelBench's identities, milliseconds long, came out
+# 0.989-1.011 with 7 of 25 bootstrap intervals leaving 1.00 out.
+PROCESS_SPREAD = 0.005  # of a side's median (device-bound calls)
+PROCESS_SPREAD_COSTS = 0.025  # of the window's costs taken out of every call (the launch path's share)
+PROCESS_Z = 1.96  # the interval's level (95%), as the bootstrap's
+
+
+def process_spread(median_ms: float, costs_ms: float | None) -> float:
+    """A side's figure's relative standard deviation from one alike process to another (see
+    PROCESS_SPREAD): a share of the figure itself, and one of the window's costs taken out of it
+    (`costs_ms`; None where none were, as on a CPU), whose offset stays in what is left. Pure."""
+    absolute = math.hypot(PROCESS_SPREAD * median_ms, PROCESS_SPREAD_COSTS * (costs_ms or 0.0))
+    return absolute / max(median_ms, 1e-12)
+
+
+def widen(speedup: float, ci: tuple[float, float], spread: float) -> tuple[float, float]:
+    """The bootstrap interval `ci` around `speedup` with the processes' relative spread `spread` (a
+    log-scale half-width) added to each side of it in quadrature. Pure."""
+    lo, hi = ci
+    down = math.hypot(math.log(speedup / lo) if 0 < lo < speedup else (0.0 if lo > 0 else math.inf), spread)
+    up = math.hypot(math.log(hi / speedup) if hi > speedup > 0 else 0.0, spread)
+    return speedup * math.exp(-down), speedup * math.exp(up)
+
+
+def process_note(costs_ms: float | None) -> str:
+    """What the speedup's interval holds besides the calls' own spread (for the timing notes)."""
+    costs = (f" and {PROCESS_SPREAD_COSTS:.1%} of the window's costs taken out ({costs_ms * 1e3:.1f} us)"
+             if costs_ms else "")
+    return (f"the speedup's interval holds what alike processes differ by as well: {PROCESS_SPREAD:.1%} of each "
+            f"side's time{costs} (standard deviations, per side)")
+
+
 def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Sequence[float]], charge: float,
-                   too_short: set[str]) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """Per baseline, median(baseline) / median(candidate) / `charge` and its bootstrap interval, where
-    both sides have samples and neither is in `too_short` (a ratio of what is left once the window's
-    costs are taken out of calls shorter than their jitter is an artefact: 0, or huge). Pure."""
+                   too_short: set[str], costs_ms: float | None = None,
+                   ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """Per baseline, median(baseline) / median(candidate) / `charge` and its interval, where both sides
+    have samples and neither is in `too_short` (a ratio of what is left once the window's costs are
+    taken out of calls shorter than their jitter is an artefact: 0, or huge). The interval is the
+    bootstrap's over the calls, widened by what alike processes differ by (`process_spread` of each
+    side, `costs_ms` the window's costs taken out of every call): the candidate and a baseline each
+    live in one process, and an identity's bootstrap interval left 1.00 out by 7-12% on an H100. Pure."""
     speedups: dict[str, float] = {}
     cis: dict[str, tuple[float, float]] = {}
     if not candidate_ms or "candidate" in too_short:
         return speedups, cis
+    candidate = median(candidate_ms)
     for name, samples in baselines_ms.items():
         if not samples or name in too_short:
             continue
-        speedups[name] = median(samples) / max(median(candidate_ms), 1e-9) / charge
+        speedup = median(samples) / max(candidate, 1e-9) / charge
+        speedups[name] = speedup
         lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
-        cis[name] = (lo / charge, hi / charge)
+        spread = PROCESS_Z * math.hypot(process_spread(candidate, costs_ms), process_spread(median(samples), costs_ms))
+        cis[name] = widen(speedup, (lo / charge, hi / charge), spread)
     return speedups, cis
 
 
