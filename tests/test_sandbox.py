@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from kbv.errors import SandboxError
 from kbv.sandbox import ChildFailure, ChildSpec, Sandbox, SharedArena
 from kbv.sandbox.isolation import SandboxMode, resolve
 from kbv.sandbox.wire import WireClosed, WireTimeout, map_tensor, read_frame, write_frame
@@ -132,6 +133,26 @@ def test_hello_load_forward_round_trip(tmp_path: Path, spec: ChildSpec) -> None:
             assert reply["outputs"][0]["shape"] == [8, 32] and reply["outputs"][0]["dtype"] == "float32"
             torch.testing.assert_close(out, torch.relu(x), rtol=0, atol=0)
     assert not _alive(child)  # close() ends the child
+
+
+def test_a_virtual_environment_reached_through_a_link_starts_children(tmp_path: Path, spec: ChildSpec,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`.venv -> /elsewhere/venv`: bubblewrap shows the environment under its real path only, and a child
+    started by the link's path died at start-up, every pair of the run a failure."""
+    python = Path(sys.executable)
+    link = tmp_path / "venv-link"
+    link.symlink_to(python.parent.parent)  # the environment's root, bin/ inside it
+    monkeypatch.setattr(sys, "executable", str(link / python.parent.name / python.name))
+    with Sandbox(spec) as sb:
+        assert sb.call({"op": "hello"}, CALL_TIMEOUT_S)["device"] == "cpu"
+
+
+def test_a_child_that_cannot_start_says_why(spec: ChildSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("kbv.sandbox.parent.interpreter", lambda: "/nonexistent/kbv-test/python")
+    with pytest.raises((ChildFailure, SandboxError)) as info:
+        with Sandbox(spec) as sb:
+            sb.call({"op": "hello"}, CALL_TIMEOUT_S)
+    assert "No such file or directory" in str(info.value) and "/nonexistent/kbv-test/python" in str(info.value)
 
 
 def test_shared_arena_shares_copies_by_file(arena: SharedArena) -> None:

@@ -45,6 +45,15 @@ TAIL_BYTES = 16 * 1024
 # setting (bench/identity_eval.py's no-aslr variant): two alike children have timed a launch-bound
 # call 15% apart, and each process's own layout is one suspect.
 CHILD_ASLR = True
+STARTUP_OPS = ("ping", "hello")  # a child that dies answering these has run no candidate code
+
+
+def interpreter() -> str:
+    """The interpreter children run: this one, its directories resolved (a virtual environment reached
+    through a symbolic link, `.venv -> /elsewhere/venv`, is bound into bubblewrap's view under its real
+    path only, where the link's path does not exist), its own name kept (resolving the file itself would
+    leave the virtual environment for the interpreter it was made from)."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
 
 # What each reply must hold. A reply that lacks it came from a broken or forged result channel
 # (the candidate can write to it): the pair fails as `crashed`, the run goes on.
@@ -252,7 +261,7 @@ class Sandbox:
         self.started_at = time.monotonic()
 
     def _child_argv(self, cmd_r: int, res_w: int, sock: int) -> list[str]:
-        argv = [sys.executable, "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(sock)]
+        argv = [interpreter(), "-m", "kbv.sandbox.child", str(cmd_r), str(res_w), str(sock)]
         iso = self.isolation
         if not iso.full:  # in a pid namespace of its own the child's parent is bwrap's, not this pid
             argv += ["--parent", str(os.getpid())]
@@ -435,6 +444,9 @@ class Sandbox:
                 evidence["host_oom_kills"] = now - before
         else:
             msg = f"exited with code {code} during {op}, before answering"
+            said = [ln.strip() for ln in evidence["stderr_tail"].splitlines() if ln.strip()]
+            if op in STARTUP_OPS and said:  # no candidate code has run: what the start-up said is the reason
+                msg += f": {said[-1][:300]}"
         return ChildFailure(Status.CRASHED, msg, evidence)
 
     def _reap(self, timeout_s: float) -> tuple[int, int | None]:
