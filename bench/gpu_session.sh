@@ -90,8 +90,10 @@ step() {  # step NAME SECONDS COMMAND... (never past $DEADLINE, epoch seconds, l
 for s in "$@"; do
   case $s in
     env) step env 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,memory.used --format=csv; python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name(0))"; df -h /dev/shm' ;;
-    # the whole GPU suite in two device calls: a (81 s, then the compiled fixtures' max-autotune builds, past
-    # 370 s into an empty cache on an H100), b (every other file: 387 s of call 2 on 2026-12-06, and the red team's)
+    # the whole GPU suite in three device calls: a (81 s, then the compiled fixtures' max-autotune builds, past
+    # 370 s into an empty cache on an H100; 163 s on 2026-12-07), b (every other file but the red team's: 387 s of
+    # call 2 on 2026-12-06), c (the red team's: with it, b ran past its 565 s on an H100 on 2026-12-07, the
+    # red team and attribution taking its first 390 s)
     # GPU_TEST_TIMEOUT (a: GPU_TEST_TIMEOUT_A, past the compiled fixtures' cold builds): one test (setup included)
     # that runs past it dumps every thread's stack and ends pytest,
     # where a stall would take the call (2026-12-06-e: the corpus's setup sat 500 s in one call, 119 s in the next)
@@ -100,7 +102,9 @@ for s in "$@"; do
       ${GPU_TESTS_A:-tests/test_channel.py tests/generate tests/test_compiled.py} ;;
     gpu-tests-b) RESERVE=${RESERVE_B:-20} step gpu-tests-b "${GPU_TESTS_B_LIMIT:-570}" python3 -m pytest -v -m gpu \
       -p no:cacheprovider $PT_TIMEOUT --durations=15 tests --ignore=tests/test_channel.py --ignore=tests/generate \
-      --ignore=tests/test_compiled.py ;;
+      --ignore=tests/test_compiled.py --ignore=tests/redteam ;;
+    gpu-tests-c) step gpu-tests-c "${GPU_TESTS_C_LIMIT:-560}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 \
+      $PT_TIMEOUT tests/redteam ;;
     gpu-tests) step gpu-tests "${GPU_TESTS_LIMIT:-420}" python3 -m pytest -v -m gpu -p no:cacheprovider --durations=10 $PT_TIMEOUT \
       ${GPU_TESTS:-tests} ;;
     examples) step examples "${EXAMPLES_LIMIT:-480}" $KBV eval examples/ --problems full --protocol both --device cuda --run /tmp/runs/examples --timer-budget 5 --trials 1 ;;
