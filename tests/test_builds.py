@@ -120,6 +120,21 @@ def test_another_installation_sharing_the_cache_never_changes_this_ones_compiler
     assert f"exec {shlex.quote(other_python)} -m kbv.pch" in Path(theirs["CXX"]).read_text()
 
 
+def test_the_compiler_script_names_the_interpreter_a_sandboxed_build_can_see(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A virtual environment reached through a link (`.venv -> /elsewhere/venv`): a build in bubblewrap
+    sees it under its real path only, so the script must not name the link's."""
+    from kbv.pch import compile_env
+
+    python = Path(sys.executable)
+    link = tmp_path / "venv-link"
+    link.symlink_to(python.parent.parent)
+    monkeypatch.setattr(sys, "executable", str(link / python.parent.name / python.name))
+    text = Path(compile_env(tmp_path / "cache")["CXX"]).read_text()
+    real = Path(os.path.realpath(python.parent)) / python.name
+    assert f"exec {shlex.quote(str(real))} -m kbv.pch" in text and str(link) not in text
+
+
 def test_another_installation_builds_a_candidate_in_a_directory_of_its_own(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build's ninja file names its installation's torch and compiler script: another installation

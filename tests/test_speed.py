@@ -5,6 +5,7 @@ mercy of page faults and the allocator, which differ from process to process."""
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from pathlib import Path
@@ -26,6 +27,7 @@ from kbv.protocols.verified.timer import (
     pool_size,
     process_spread,
     settle,
+    widen,
 )
 from kbv.sandbox import ChildSpec, Sandbox
 from kbv.sandbox.timers import WindowCosts
@@ -464,6 +466,9 @@ def test_an_identitys_interval_holds_what_two_alike_processes_differ_by():
     speedups, cis = judge_speedups(_steady(1.0), {"eager-tf32": _steady(2.0)}, 2.0, set())
     lo, hi = cis["eager-tf32"]
     assert lo < speedups["eager-tf32"] < hi and 0.96 < lo and hi < 1.04
+    # the bootstrap's ends on either side of the figure, or none to widen around
+    assert widen(1.0, (1.1, 1.2), 0.1) == pytest.approx((math.exp(-0.1), math.exp(math.hypot(math.log(1.2), 0.1))))
+    assert widen(0.0, (0.0, 0.0), 0.1) == (0.0, 0.0) and widen(float("nan"), (1.0, 2.0), 0.1) == (1.0, 2.0)
 
 
 @pytest.mark.parametrize("burst_rounds, short", [((), False), (tuple(range(64)), True)])

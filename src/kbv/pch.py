@@ -89,11 +89,13 @@ def compile_env(cache_dir: Path) -> dict[str, str]:
     own = _own_dir(root)
     own.mkdir(parents=True, exist_ok=True)
     script = own / "kbv-cxx"
-    # the script runs this kbv with this interpreter, whatever PYTHONPATH the build has
+    from kbv.sandbox.isolation import interpreter
+
+    # the script runs this kbv with this interpreter (as a sandboxed build sees it), whatever PYTHONPATH the build has
     source = shlex.quote(str(_source_dir()))
     text = ("#!/bin/sh\n# kbv's C++ compiler for extension builds: precompiled torch headers (kbv.pch)\n"
             f'export PYTHONPATH={source}${{PYTHONPATH:+:"$PYTHONPATH"}}\n'
-            f'exec {shlex.quote(sys.executable)} -m kbv.pch "$@"\n')
+            f'exec {shlex.quote(interpreter())} -m kbv.pch "$@"\n')
     if not script.exists() or script.read_text() != text:
         # threads of one process and other processes of this installation may all write it at once:
         # each its own file

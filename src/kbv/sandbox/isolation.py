@@ -271,6 +271,16 @@ def _has_user(uid: int) -> bool:
 
 # -- what a child needs to see ---------------------------------------------------------------------
 
+def interpreter() -> str:
+    """The interpreter children (and kbv's compiler script) run: this one, its directories resolved, its
+    own name kept. A virtual environment reached through a symbolic link (`.venv -> /elsewhere/venv`) is
+    bound into bubblewrap's view under its real path only, where the link's path does not exist; and
+    resolving the file itself would leave the environment for the interpreter it was made from (Python
+    finds `pyvenv.cfg` beside the path it was started by, or one directory up). An environment whose
+    `bin/` alone is a link to somewhere else would lose its `pyvenv.cfg` so: not a layout venv makes."""
+    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+
+
 @functools.lru_cache(maxsize=1)
 def code_paths() -> tuple[str, ...]:
     """Directories every child reads: the interpreter, its standard library and site-packages, kbv's

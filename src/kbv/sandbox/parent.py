@@ -28,7 +28,17 @@ from typing import IO, Any
 from kbv.errors import SandboxError
 from kbv.gate import checkpoint
 from kbv.sandbox.channel import ChannelError, DeviceChannel, HostChannel, Receipt, device_channel_supported
-from kbv.sandbox.isolation import ChildView, Isolation, SandboxMode, give, gpu_groups, refusals, resolve, toolchain_paths
+from kbv.sandbox.isolation import (
+    ChildView,
+    Isolation,
+    SandboxMode,
+    give,
+    gpu_groups,
+    interpreter,
+    refusals,
+    resolve,
+    toolchain_paths,
+)
 from kbv.sandbox.oom import kill_count, make_first_choice
 from kbv.sandbox.wire import (
     SharedArena,
@@ -45,15 +55,7 @@ TAIL_BYTES = 16 * 1024
 # setting (bench/identity_eval.py's no-aslr variant): two alike children have timed a launch-bound
 # call 15% apart, and each process's own layout is one suspect.
 CHILD_ASLR = True
-STARTUP_OPS = ("ping", "hello")  # a child that dies answering these has run no candidate code
-
-
-def interpreter() -> str:
-    """The interpreter children run: this one, its directories resolved (a virtual environment reached
-    through a symbolic link, `.venv -> /elsewhere/venv`, is bound into bubblewrap's view under its real
-    path only, where the link's path does not exist), its own name kept (resolving the file itself would
-    leave the virtual environment for the interpreter it was made from)."""
-    return os.path.join(os.path.realpath(os.path.dirname(sys.executable)), os.path.basename(sys.executable))
+STARTUP_OPS = ("ping", "hello")  # a child that dies at one of these, before answering anything, ran no candidate code
 
 # What each reply must hold. A reply that lacks it came from a broken or forged result channel
 # (the candidate can write to it): the pair fails as `crashed`, the run goes on.
@@ -445,7 +447,7 @@ class Sandbox:
         else:
             msg = f"exited with code {code} during {op}, before answering"
             said = [ln.strip() for ln in evidence["stderr_tail"].splitlines() if ln.strip()]
-            if op in STARTUP_OPS and said:  # no candidate code has run: what the start-up said is the reason
+            if op in STARTUP_OPS and not self.first_choice and said:  # no candidate code has run: the start-up's own words
                 msg += f": {said[-1][:300]}"
         return ChildFailure(Status.CRASHED, msg, evidence)
 

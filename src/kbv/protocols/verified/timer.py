@@ -407,7 +407,10 @@ def process_spread(median_ms: float, costs_ms: float | None) -> float:
 
 def widen(speedup: float, ci: tuple[float, float], spread: float) -> tuple[float, float]:
     """The bootstrap interval `ci` around `speedup` with the processes' relative spread `spread` (a
-    log-scale half-width) added to each side of it in quadrature. Pure."""
+    log-scale half-width) added to each side of it in quadrature; `ci` as it is where `speedup` is no
+    positive figure (a ratio of subtraction artefacts never reaches here: `too_short_to_time`). Pure."""
+    if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(spread)):
+        return ci
     lo, hi = ci
     down = math.hypot(math.log(speedup / lo) if 0 < lo < speedup else (0.0 if lo > 0 else math.inf), spread)
     up = math.hypot(math.log(hi / speedup) if hi > speedup > 0 else 0.0, spread)
