@@ -412,8 +412,8 @@ def widen(speedup: float, ci: tuple[float, float], spread: float) -> tuple[float
     if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(spread)):
         return ci
     lo, hi = ci
-    down = math.hypot(math.log(speedup / lo) if 0 < lo < speedup else (0.0 if lo > 0 else math.inf), spread)
-    up = math.hypot(math.log(hi / speedup) if hi > speedup > 0 else 0.0, spread)
+    down = math.hypot(max(math.log(speedup / lo), 0.0), spread) if lo > 0 else math.inf
+    up = math.hypot(max(math.log(hi / speedup), 0.0), spread) if hi > 0 else spread
     return speedup * math.exp(-down), speedup * math.exp(up)
 
 
@@ -442,10 +442,11 @@ def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Seq
     for name, samples in baselines_ms.items():
         if not samples or name in too_short:
             continue
-        speedup = median(samples) / max(candidate, 1e-9) / charge
+        baseline = median(samples)
+        speedup = baseline / max(candidate, 1e-9) / charge
         speedups[name] = speedup
         lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
-        spread = PROCESS_Z * math.hypot(process_spread(candidate, costs_ms), process_spread(median(samples), costs_ms))
+        spread = PROCESS_Z * math.hypot(process_spread(candidate, costs_ms), process_spread(baseline, costs_ms))
         cis[name] = widen(speedup, (lo / charge, hi / charge), spread)
     return speedups, cis
 
