@@ -21,6 +21,7 @@ from kbv.protocols.verified.timer import (
     TimingPool,
     _Side,
     fill_rounds,
+    host_share,
     judge_speedups,
     load_pool,
     measure_speed,
@@ -469,6 +470,28 @@ def test_an_identitys_interval_holds_what_two_alike_processes_differ_by():
     # the bootstrap's ends on either side of the figure, or none to widen around
     assert widen(1.0, (1.1, 1.2), 0.1) == pytest.approx((math.exp(-0.1), math.exp(math.hypot(math.log(1.2), 0.1))))
     assert widen(0.0, (0.0, 0.0), 0.1) == (0.0, 0.0) and widen(float("nan"), (1.0, 2.0), 0.1) == (1.0, 2.0)
+
+
+def test_a_launch_path_the_device_waits_on_widens_the_interval_by_the_hosts_share():
+    # an H100's L3/1_MLP identity (docs/gpu/2026-12-07-b): 127.7 us against its baseline's 122.2 us once 31 us of
+    # costs were taken out; with the window's costs alone as the host's share its interval left 1.00 out
+    costs = WindowCosts(launch=0.0155, sync=0.0155)
+    cand, base = _steady(0.1277, 400), _steady(0.1222, 400)
+    _, costs_only = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), costs.launch + costs.sync)
+    assert costs_only["eager-tf32"][1] < 1.0
+    # its calls return to the host after about 120 us of launches, which the device waits on (stream 135 us)
+    host = host_share(costs, [0.120] * 10, [0.135] * 10)
+    assert host == pytest.approx(0.1355)
+    speedups, cis = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), {"candidate": host, "eager-tf32": host})
+    lo, hi = cis["eager-tf32"]
+    assert lo < speedups["eager-tf32"] < 1.0 < hi and hi / lo < 1.25
+    # a call that returns at once and holds the device for milliseconds: its one launch, a sliver of its figure
+    assert host_share(costs, [0.02] * 10, [2.0] * 10) == pytest.approx(0.0155 + 0.02)
+    assert process_spread(2.0, 0.0355) < 0.0055
+    # the host's time counts only while the device waited on it: no more than the call's own stream
+    assert host_share(costs, [5.0] * 10, [0.135] * 10) == pytest.approx(0.0155 + 0.135)
+    # no costs, no share (a CPU); no launch paths reported, the costs
+    assert host_share(None, [0.1], [0.1]) is None and host_share(costs, [], []) == pytest.approx(0.031)
 
 
 @pytest.mark.parametrize("burst_rounds, short", [((), False), (tuple(range(64)), True)])

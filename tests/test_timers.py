@@ -34,9 +34,9 @@ class FakeDevice:
     cuda = True
     l2 = None
 
-    def __init__(self, call_ms: float, side_ms: float = 0.0) -> None:
+    def __init__(self, call_ms: float, side_ms: float = 0.0, host_ms: float = 0.0) -> None:
         self.now = 0.0
-        self.call_ms, self.side_ms = call_ms, side_ms
+        self.call_ms, self.side_ms, self.host_ms = call_ms, side_ms, host_ms  # host_ms: the call's own launch path
         self.log: list[str] = []
         self.busy_until = 0.0
 
@@ -67,6 +67,7 @@ class FakeDevice:
         return None
 
     def fn(self) -> None:
+        self.now += self.host_ms  # the host's time in the call before it returns (its ops' launches)
         start = self.now + 0.005  # the host's launch path
         self.stream_until = start + self.call_ms
         self.busy_until = start + self.side_ms  # work on a stream the current one never waits for
@@ -80,6 +81,16 @@ def test_a_call_on_its_own_stream_is_timed_without_the_windows_own_costs():
     dev = FakeDevice(call_ms=1.0)
     [ms] = time_block(dev, dev.fn, [[]], 0, 1, Window(None, COSTS)).device_ms
     assert abs(ms - 1.0) < 0.005
+
+
+def test_a_calls_launch_path_is_reported_beside_its_window():
+    """A call whose ops the host launches one by one (a small network) holds the device for its launch
+    path: the host's time to the call's return comes back per call, which a one-kernel call's does not
+    (what alike processes differ by follows it: kbv.protocols.verified.timer.host_share)."""
+    slow = time_block(dev := FakeDevice(call_ms=0.01, host_ms=0.12), dev.fn, [[]], 0, 2, Window(None, COSTS))
+    quick = time_block(dev := FakeDevice(call_ms=2.0), dev.fn, [[]], 0, 2, Window(None, COSTS))
+    assert slow.launch_ms == pytest.approx([0.122, 0.122], abs=1e-9) and slow.stream_ms[0] > 0.12
+    assert quick.launch_ms == pytest.approx([0.002, 0.002], abs=1e-9) and quick.stream_ms[0] > 2.0
 
 
 def test_work_on_a_side_stream_counts_however_short_or_long():

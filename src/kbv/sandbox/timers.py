@@ -258,6 +258,9 @@ class BlockResult:
     host_ms: list[float]  # host wall time per call, flush excluded
     persisting_l2: str | None = None  # what a call set up, though it was reset before each call
     stream_ms: list[float] = field(default_factory=list)  # per call: begin -> end, its own stream (host time on CPU)
+    # per call: the host's time from just before `begin` to the call's return (CUDA; empty on a CPU), its
+    # launch path: where the device waited on it, what a process's own speed moves (`kbv.protocols.verified.timer`)
+    launch_ms: list[float] = field(default_factory=list)
 
 
 def warm_up(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any]], min_ms: float,
@@ -334,8 +337,9 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
     (`window.costs`: the synchronise's return and the quickest launch, idle time both), and never
     less than begin -> end less the launch: what its own stream did (`subtract_costs`). Without
     costs, begin -> done whole: the parent then takes out the costs measured beside the block. Each
-    call's begin -> end comes back too (`stream_ms`)."""
-    device_ms, host_ms, stream_ms = [], [], []
+    call's begin -> end comes back too (`stream_ms`), and the host's time to the call's return
+    (`launch_ms`)."""
+    device_ms, host_ms, stream_ms, launch_ms = [], [], [], []
     persisting = None
     events = [clock.Event(enable_timing=True) for _ in range(3)] if clock.cuda else []
     for i in range(n):
@@ -351,11 +355,13 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
             t0 = clock.perf_counter()
             clock.record(begin)
             out = fn(*args)
+            t1 = clock.perf_counter()
             clock.record(end)
             clock.synchronize()
             clock.record(done)
             clock.synchronize()
             host_ms.append((clock.perf_counter() - t0) * 1e3)
+            launch_ms.append((t1 - t0) * 1e3)
             stream_ms.append(float(clock.elapsed_time(begin, end)))
             device_ms.append(_call_ms(clock, begin, end, done, window.costs))
             persisting = persisting or clock.persisting_l2()
@@ -368,7 +374,7 @@ def time_block(clock: Clock, fn: Callable[..., Any], pool: Sequence[Sequence[Any
         if on_output is not None:
             on_output(i, out)
         del out
-    return BlockResult(device_ms, host_ms, persisting, stream_ms)
+    return BlockResult(device_ms, host_ms, persisting, stream_ms, launch_ms)
 
 
 def _call_ms(clock: Clock, begin: Any, end: Any, done: Any, costs: WindowCosts | None) -> float:

@@ -63,6 +63,7 @@ class _Side:
     sb: Sandbox
     whole_ms: list[float] = field(default_factory=list)  # per call, its whole window as reported
     stream_ms: list[float] = field(default_factory=list)  # per call, its own stream's part as reported
+    launch_ms: list[float] = field(default_factory=list)  # per call, the host's time to its return as reported
     rounds: list[int] = field(default_factory=list)  # per call, the round it was timed in
     device_ms: list[float] = field(default_factory=list)  # per call, the window's costs taken out (`settle`)
     capped_rounds: int = 0  # rounds whose costs exceeded this side's quickest window (`settle`)
@@ -280,6 +281,8 @@ def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> li
     stream = [float(x) for x in reply.get("stream_ms", whole)]
     side.whole_ms += whole
     side.stream_ms += stream if len(stream) == len(whole) else whole
+    launch = [_ms(x) for x in reply.get("launch_ms", ())]
+    side.launch_ms += launch if len(launch) == len(whole) else []
     side.rounds += [rnd] * len(whole)
     side.host_ms += [float(x) for x in reply["host_ms"]]
     if probe and (costs := _window_costs(reply.get("window_costs_ms"))) is not None:
@@ -368,11 +371,12 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
     taken = typical.launch + typical.sync if typical is not None else None
     short = {s.name: why for s in sides if s.device_ms and (why := too_short_to_time(
         s.name, stats[s.name].median_ms, s.capped_rounds, len(set(s.rounds)), resolution, taken))}
+    host = {s.name: host_share(typical, s.launch_ms, s.stream_ms) for s in sides}  # sides[0] is "candidate"
     speedups, cis = judge_speedups(sides[0].device_ms, {s.name: s.device_ms for s in sides[1:]}, bound.charge,
-                                   set(short), taken)
+                                   set(short), host)
     notes = bound.notes + tuple(short.values())
     if cis:
-        notes += (process_note(taken),)
+        notes += (process_note(host),)
     if short:
         notes += (f"no speedup where a side was too short to time ({', '.join(short)})",)
     if typical is not None:
@@ -387,21 +391,40 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
 
 # What a bootstrap over one process's calls cannot see: two alike processes time the same call apart by
 # an offset that holds for their whole lives (their launch paths, where their buffers sit). Measured on
-# an H100 (docs/gpu/2026-12-07), as standard deviations of one side's figure from process to process:
-# four alike reference children of launch-bound problems, every block at 1980 MHz, differed in their
-# whole windows by about 0.5-0.8 us on windows whose costs taken out were 31 us (one child 1.7 us slower
-# than another in 12 of 14 rounds), and 36 of KernelBench's identities, milliseconds long, came out
-# 0.989-1.011 with 7 of 25 bootstrap intervals leaving 1.00 out.
+# H100s, as standard deviations of one side's figure from process to process: alike reference children of
+# L1/2_ReLU and L1/6_Softmax, every block at 1980 MHz, differed in their whole windows by 0.2-0.8 us on
+# windows whose costs taken out were 31 us (docs/gpu/2026-12-07), and by up to 4 us where those costs
+# were 48-53 us (2026-12-06-f, -g); L3/1_MLP's, whose calls hold a launch path of several ops that the device waits
+# on (about 125 us of its 157 us windows), by 3-4 us, about 2.5% of their windows (18 us once, with one
+# child 227 us against 166-199). 36 of KernelBench's identities, milliseconds long, came out 0.989-1.011 with 7
+# of 25 bootstrap intervals leaving 1.00 out; L3/1_MLP's verified identity 0.957 [0.934, 0.982] while the
+# host's share was only the window's costs (docs/gpu/2026-12-07-b).
 PROCESS_SPREAD = 0.005  # of a side's median (device-bound calls)
-PROCESS_SPREAD_COSTS = 0.025  # of the window's costs taken out of every call (the launch path's share)
+PROCESS_SPREAD_HOST = 0.025  # of the host's share of a side's windows (`host_share`): the launch path's
 PROCESS_Z = 1.96  # the interval's level (95%), as the bootstrap's
 
 
-def process_spread(median_ms: float, costs_ms: float | None) -> float:
+def host_share(costs: WindowCosts | None, launch_ms: Sequence[float], stream_ms: Sequence[float]) -> float | None:
+    """The host's share of one side's windows (ms): the window's costs taken out of every call, or,
+    where the call's own launch path held the device longer than the quickest launch does, the
+    synchronise's return and that launch path: per call, the host's time to the call's return
+    (`launch_ms`), no more than the device spent in the call's stream (`stream_ms`: where the device
+    waited on the host, the host's time is the call's; where it did not, only the launch is), the
+    median over calls. None without costs (a CPU: the host's share is the whole figure, which the
+    processes' share of it covers). Pure."""
+    if costs is None:
+        return None
+    total = costs.launch + costs.sync
+    paths = [min(a, b) for a, b in zip(launch_ms, stream_ms)]
+    return max(total, costs.sync + median(paths)) if paths else total
+
+
+def process_spread(median_ms: float, host_ms: float | None) -> float:
     """A side's figure's relative standard deviation from one alike process to another (see
-    PROCESS_SPREAD): a share of the figure itself, and one of the window's costs taken out of it
-    (`costs_ms`; None where none were, as on a CPU), whose offset stays in what is left. Pure."""
-    absolute = math.hypot(PROCESS_SPREAD * median_ms, PROCESS_SPREAD_COSTS * (costs_ms or 0.0))
+    PROCESS_SPREAD): a share of the figure itself, and one of the host's share of its windows
+    (`host_share`; None where none is known, as on a CPU), whose offset stays in what is left once the
+    window's costs are taken out. Pure."""
+    absolute = math.hypot(PROCESS_SPREAD * median_ms, PROCESS_SPREAD_HOST * (host_ms or 0.0))
     return absolute / max(median_ms, 1e-12)
 
 
@@ -417,27 +440,35 @@ def widen(speedup: float, ci: tuple[float, float], spread: float) -> tuple[float
     return speedup * math.exp(-down), speedup * math.exp(up)
 
 
-def process_note(costs_ms: float | None) -> str:
-    """What the speedup's interval holds besides the calls' own spread (for the timing notes)."""
-    costs = (f" and {PROCESS_SPREAD_COSTS:.1%} of the window's costs taken out ({costs_ms * 1e3:.1f} us)"
-             if costs_ms else "")
+def process_note(host_ms: Mapping[str, float | None]) -> str:
+    """What the speedup's interval holds besides the calls' own spread (for the timing notes), with
+    each side's host share (`host_share`) where one is known."""
+    known = {name: ms for name, ms in host_ms.items() if ms}
+    shares = ", ".join(f"{name} {ms * 1e3:.1f} us" for name, ms in known.items())
+    host = (f" and {PROCESS_SPREAD_HOST:.1%} of the host's share of its windows (its launch path and the "
+            f"synchronise's return: {shares})" if known else "")
     return (f"the speedup's interval holds what alike processes differ by as well: {PROCESS_SPREAD:.1%} of each "
-            f"side's time{costs} (standard deviations, per side)")
+            f"side's time{host} (standard deviations, per side)")
 
 
 def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Sequence[float]], charge: float,
-                   too_short: set[str], costs_ms: float | None = None,
+                   too_short: set[str], host_ms: Mapping[str, float | None] | float | None = None,
                    ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
     """Per baseline, median(baseline) / median(candidate) / `charge` and its interval, where both sides
     have samples and neither is in `too_short` (a ratio of what is left once the window's costs are
     taken out of calls shorter than their jitter is an artefact: 0, or huge). The interval is the
     bootstrap's over the calls, widened by what alike processes differ by (`process_spread` of each
-    side, `costs_ms` the window's costs taken out of every call): the candidate and a baseline each
-    live in one process, and an identity's bootstrap interval left 1.00 out by 7-12% on an H100. Pure."""
+    side; `host_ms` the host's share of each side's windows, by name, "candidate" for the candidate's,
+    or one figure for every side): the candidate and a baseline each live in one process, and an
+    identity's bootstrap interval left 1.00 out by 7-12% on an H100. Pure."""
     speedups: dict[str, float] = {}
     cis: dict[str, tuple[float, float]] = {}
     if not candidate_ms or "candidate" in too_short:
         return speedups, cis
+
+    def share(name: str) -> float | None:
+        return host_ms.get(name) if isinstance(host_ms, Mapping) else host_ms
+
     candidate = median(candidate_ms)
     for name, samples in baselines_ms.items():
         if not samples or name in too_short:
@@ -446,7 +477,8 @@ def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Seq
         speedup = baseline / max(candidate, 1e-9) / charge
         speedups[name] = speedup
         lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
-        spread = PROCESS_Z * math.hypot(process_spread(candidate, costs_ms), process_spread(baseline, costs_ms))
+        spread = PROCESS_Z * math.hypot(process_spread(candidate, share("candidate")),
+                                        process_spread(baseline, share(name)))
         cis[name] = widen(speedup, (lo / charge, hi / charge), spread)
     return speedups, cis
 
