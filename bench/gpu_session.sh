@@ -250,6 +250,8 @@ for s in "$@"; do
         --cases "${REPEAT_CASES:-launch,large}" --variants "${REPEAT_VARIANTS:-default}" \
         --timer-budget "${REPEAT_BUDGET:-3}" ${REPEAT_OPTS:-} \
         --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
+      # the pairs of a run the step's limit cut short, kept for a fresh box too
+      timeout 10 python3 bench/repeat.py --salvage --work /tmp/kbv-repeat --out /tmp/kbv-repeat/repeat.json
       cp /tmp/kbv-repeat/repeat.json "$OUT/repeat.json" 2>/dev/null ;;
     spares) step spares "${SPARES_LIMIT:-400}" python3 bench/prepare.py --compare spares --device cuda --problems full \
       --protocol "${SPARES_PROTOCOL:-both}" --rounds "${SPARES_ROUNDS:-2}" --timer-budget 2 --out "$OUT/spares.json" ;;

@@ -336,10 +336,21 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--work", default=None, help="scratch directory (default: a new temporary one)")
     parser.add_argument("--out", default=None, help="results JSON (default WORK/repeat.json); a rerun resumes it")
+    parser.add_argument("--salvage", action="store_true", help="only gather the pairs of runs cut short (WORK's "
+                        "run directories) into --out, and stop: a step's time limit kills the bench, not this")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return run_child(json.loads(args.child))
+    if args.salvage:
+        if not args.work or not args.out:
+            parser.error("--salvage needs --work and --out")
+        data = load(Path(args.out))
+        before = len(data["results"])
+        salvage(Path(args.work), data)
+        save(Path(args.out), data)
+        print(f"salvaged {len(data['results']) - before} pairs of runs cut short into {args.out}")
+        return 0
 
     from kbv.settings import resolve_device
 

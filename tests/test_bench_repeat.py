@@ -76,6 +76,22 @@ def test_each_cause_is_summarised_apart_and_records_from_before_variants_stand_a
                          ("verified",), 0) == ["2_ReLU__identity"]
 
 
+def test_the_pairs_of_a_run_cut_short_are_kept_for_a_fresh_box(tmp_path: Path) -> None:
+    """A step's time limit kills the bench after a run's last verdict but before its JSON is saved:
+    `--salvage` gathers that run's pairs into the JSON a fresh box resumes from, next to those saved."""
+    work, out = tmp_path / "work", tmp_path / "repeat.json"
+    out.write_text(json.dumps({"runs": [], "results": [_result("default", 0, 1.0)]}))
+    cut = work / "large" / "no-clock-warmup" / "run-0"
+    cut.mkdir(parents=True)
+    (cut / "results.json").write_text(json.dumps([_result("no-clock-warmup", 0, 0.99), _result("default", 0, 1.0)]))
+    done = _bench("--salvage", "--work", str(work), "--out", str(out))
+    assert done.returncode == 0 and "salvaged 1 pairs" in done.stdout, done.stderr
+    data = json.loads(out.read_text())
+    assert sorted(r["variant"] for r in data["results"]) == ["default", "no-clock-warmup"]
+    assert {r["variant"] for r in data["summary"]} == {"default", "no-clock-warmup"}
+    assert _bench("--salvage", "--out", str(out)).returncode == 2  # where from: a one-line error
+
+
 def test_an_unknown_variant_is_a_one_line_error() -> None:
     done = _bench("--device", "cpu", "--variants", "no-flush", "--runs", "1")
     assert done.returncode == 2 and "unknown variant(s) ['no-flush']" in done.stderr
