@@ -9,7 +9,7 @@ One run cannot hold every identity to 1.00 +- 0.05: on an H100 (docs/gpu/2026-12
 children of L1/2_ReLU, every block at the boost clock, came out up to 1.21x apart once the window's
 31 us of costs were taken out of their 39 us windows, each child's offset steady over 14 rounds. So a
 launch-bound identity may stand outside +-0.05 where its interval, which holds what alike processes differ
-by (`kbv.protocols.verified.timer.process_spread`), holds 1.00; and that interval must still say something."""
+by (`kbv.protocols.verified.spread.process_spread`), holds 1.00; and that interval must still say something."""
 
 from __future__ import annotations
 

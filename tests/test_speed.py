@@ -15,20 +15,17 @@ import torch
 
 from kbv.detect.speed import WallBlock, too_short_to_time, wall_bound, window_resolution_ms
 from kbv.protocols.verified.rules import CHARGE_RATIO, HACK_RATIO
+from kbv.protocols.verified.spread import judge_speedups
 from kbv.protocols.verified.timer import (
     TimerConfig,
     PoolDrift,
     TimingPool,
     _Side,
     fill_rounds,
-    host_share,
-    judge_speedups,
     load_pool,
     measure_speed,
     pool_size,
-    process_spread,
     settle,
-    widen,
 )
 from kbv.sandbox import ChildSpec, Sandbox
 from kbv.sandbox.timers import WindowCosts
@@ -304,9 +301,10 @@ class _ScriptedChild:
     (launch, sync ms), a GPU's child: each call's window holds them too, and a block asked to probe
     them reports what `probed(k)` says it measured beside its k-th block."""
 
-    def __init__(self, ms: float, outside_ms, costs=None, probed=None, probe_ms: float = 0.0) -> None:
+    def __init__(self, ms: float, outside_ms, costs=None, probed=None, probe_ms: float = 0.0, launch=None) -> None:
         self.ms, self.outside_ms, self.blocks = ms, outside_ms, 0
         self.costs, self.probed, self.probe_ms = costs, probed or costs, probe_ms
+        self.launch = launch  # launch(k, n): its k-th block's `launch_ms` as it says them (None: none said)
         self.commands: list[dict] = []
 
     def call(self, cmd: dict, timeout_s: float) -> dict:
@@ -321,6 +319,8 @@ class _ScriptedChild:
         launch, sync = self.costs(k)
         reply = {"device_ms": [launch + self.ms + sync] * n, "stream_ms": [launch + self.ms] * n,
                  "host_ms": [self.ms] * n}
+        if self.launch is not None:
+            reply["launch_ms"] = self.launch(k, n)
         if cmd.get("probe_costs"):
             time.sleep(self.probe_ms / 1e3)  # the probes, after the block's calls
             reply.update(window_costs_ms=list(self.probed(k)), probe_ms=self.probe_ms)
@@ -435,65 +435,6 @@ def test_a_median_within_what_taking_the_costs_out_is_unsure_by_is_too_short():
     assert too_short_to_time("candidate", 0.005, 1, 8, window_resolution_ms([0.014] * 8), 0.014) is None
 
 
-def test_speedups_are_judged_only_between_sides_that_were_timed():
-    cand, base = [0.005] * 40, [0.004] * 40
-    speedups, cis = judge_speedups(cand, {"eager-tf32": base, "compile": [0.0] * 40}, 1.0, {"compile"})
-    assert speedups == {"eager-tf32": pytest.approx(0.8)} and set(cis) == {"eager-tf32"}
-    charged, _ = judge_speedups(cand, {"eager-tf32": base}, 2.0, set())
-    assert charged["eager-tf32"] == pytest.approx(0.4)
-
-
-def _steady(ms: float, n: int = 200) -> list[float]:
-    """`n` calls of one process, spread 3% about `ms` (a fixed draw)."""
-    gen = torch.Generator().manual_seed(int(ms * 1e6))
-    return [ms * (1.0 + 0.03 * float(x)) for x in torch.randn(n, generator=gen)]
-
-
-def test_an_identitys_interval_holds_what_two_alike_processes_differ_by():
-    # an H100's alike reference children of L1/2_ReLU: 8.14 and 8.77 us once 31.1 us of costs are taken out of
-    # their windows (docs/gpu/2026-12-07). Over their calls alone the interval leaves 1.00 out
-    cand, base = _steady(0.00877), _steady(0.00814)
-    _, calls_only = judge_speedups(cand, {"eager-tf32": base}, 1.0, set())
-    speedups, cis = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), 0.0311)
-    lo, hi = cis["eager-tf32"]
-    assert calls_only["eager-tf32"][1] < 1.0 < hi and lo < speedups["eager-tf32"] < hi
-    # milliseconds-long calls: the costs are a sliver of them, and the interval stays a few percent wide
-    _, cis = judge_speedups(_steady(8.22), {"eager-tf32": _steady(8.13)}, 1.0, set(), 0.030)
-    lo, hi = cis["eager-tf32"]
-    assert lo <= 1.0 <= hi and hi / lo < 1.04
-    # on a CPU (no costs taken out) the processes' own share of the figure alone; a charged wall clock divides
-    # the interval with the speedup
-    assert process_spread(1.0, None) == pytest.approx(0.005)
-    speedups, cis = judge_speedups(_steady(1.0), {"eager-tf32": _steady(2.0)}, 2.0, set())
-    lo, hi = cis["eager-tf32"]
-    assert lo < speedups["eager-tf32"] < hi and 0.96 < lo and hi < 1.04
-    # the bootstrap's ends on either side of the figure, or none to widen around
-    assert widen(1.0, (1.1, 1.2), 0.1) == pytest.approx((math.exp(-0.1), math.exp(math.hypot(math.log(1.2), 0.1))))
-    assert widen(0.0, (0.0, 0.0), 0.1) == (0.0, 0.0) and widen(float("nan"), (1.0, 2.0), 0.1) == (1.0, 2.0)
-
-
-def test_a_launch_path_the_device_waits_on_widens_the_interval_by_the_hosts_share():
-    # an H100's L3/1_MLP identity (docs/gpu/2026-12-07-b): 127.7 us against its baseline's 122.2 us once 31 us of
-    # costs were taken out; with the window's costs alone as the host's share its interval left 1.00 out
-    costs = WindowCosts(launch=0.0155, sync=0.0155)
-    cand, base = _steady(0.1277, 400), _steady(0.1222, 400)
-    _, costs_only = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), costs.launch + costs.sync)
-    assert costs_only["eager-tf32"][1] < 1.0
-    # its calls return to the host after about 120 us of launches, which the device waits on (stream 135 us)
-    host = host_share(costs, [0.120] * 10, [0.135] * 10)
-    assert host == pytest.approx(0.1355)
-    speedups, cis = judge_speedups(cand, {"eager-tf32": base}, 1.0, set(), {"candidate": host, "eager-tf32": host})
-    lo, hi = cis["eager-tf32"]
-    assert lo < speedups["eager-tf32"] < 1.0 < hi and hi / lo < 1.25
-    # a call that returns at once and holds the device for milliseconds: its one launch, a sliver of its figure
-    assert host_share(costs, [0.02] * 10, [2.0] * 10) == pytest.approx(0.0155 + 0.02)
-    assert process_spread(2.0, 0.0355) < 0.0055
-    # the host's time counts only while the device waited on it: no more than the call's own stream
-    assert host_share(costs, [5.0] * 10, [0.135] * 10) == pytest.approx(0.0155 + 0.135)
-    # no costs, no share (a CPU); no launch paths reported, the costs
-    assert host_share(None, [0.1], [0.1]) is None and host_share(costs, [], []) == pytest.approx(0.031)
-
-
 @pytest.mark.parametrize("burst_rounds, short", [((), False), (tuple(range(64)), True)])
 def test_the_timer_takes_the_costs_probed_beside_each_round_out_of_both_sides(burst_rounds, short):
     """Scripted GPU children: the baseline's child (it runs no candidate code) probes the costs beside
@@ -516,6 +457,35 @@ def test_the_timer_takes_the_costs_probed_beside_each_round_out_of_both_sides(bu
         assert result.speedups["eager-tf32"] == pytest.approx(0.8, rel=0.01) and not result.too_short
         assert result.window_costs_ms == pytest.approx((IDLE.launch, IDLE.sync))
         assert result.stats["candidate"].median_ms == pytest.approx(0.005)
+
+
+def _interval(cand: _ScriptedChild, base: _ScriptedChild):
+    config = TimerConfig(stop=StopRule(target=0.05, min_samples=40, min_time_ms=0.0, max_time_s=10.0), warmup_ms=0)
+    result = measure_speed(cand, {"eager-tf32": base}, config, 3, lambda i, o: None, [], time.monotonic() + 60)
+    return result.speedup_ci["eager-tf32"], result.notes
+
+
+@pytest.mark.parametrize("forged", [None, "huge", "nan", "one_block"])
+def test_each_sides_launch_path_widens_its_interval_as_far_as_its_window_and_no_further(forged):
+    """Scripted GPU children of an alike 0.12 ms call that returns to the host only after 0.11 ms of
+    launches: each side's launch path goes into its interval, which the notes give. A candidate's child
+    that says more (a huge launch path, one that is no number, or one block's alone) widens its
+    interval no further than its own window."""
+    costs = lambda k: (IDLE.launch, IDLE.sync)  # noqa: E731
+    said = {None: lambda k, n: [0.11] * n, "huge": lambda k, n: [1e4] * n,
+            "nan": lambda k, n: [math.nan] * n, "one_block": lambda k, n: [1e4] * n if k == 0 else []}
+    base = _ScriptedChild(0.12, lambda k: 0.3, costs, launch=lambda k, n: [0.11] * n)
+    (lo, hi), notes = _interval(_ScriptedChild(0.12, lambda k: 0.3, costs, launch=said[forged]), base)
+    (lo0, hi0), _ = _interval(_ScriptedChild(0.12, lambda k: 0.3, costs), _ScriptedChild(0.12, lambda k: 0.3, costs))
+    assert lo0 > 0.97 and hi0 < 1.03  # the window's costs alone (14 us of 134 us windows)
+    if forged is None:
+        assert lo < lo0 and hi > hi0 and lo > 0.92 and hi < 1.08
+        assert any("candidate 118.0 us, eager-tf32 118.0 us" in n for n in notes), notes  # 8 us sync + 110 us
+    else:  # no wider than the whole window (134 us) on the candidate's side; one block's say carries nothing
+        costs_only = IDLE.launch + IDLE.sync
+        share = {"huge": IDLE.launch + 0.12 + IDLE.sync, "nan": costs_only, "one_block": costs_only}
+        assert hi / lo < 1.17 and lo > 0.92, (lo, hi)
+        assert any(f"candidate {share[forged] * 1e3:.1f} us, eager-tf32 118.0 us" in n for n in notes), notes
 
 
 def test_the_cost_probes_are_not_time_the_baseline_spent_outside_its_windows():

@@ -86,7 +86,7 @@ def test_a_call_on_its_own_stream_is_timed_without_the_windows_own_costs():
 def test_a_calls_launch_path_is_reported_beside_its_window():
     """A call whose ops the host launches one by one (a small network) holds the device for its launch
     path: the host's time to the call's return comes back per call, which a one-kernel call's does not
-    (what alike processes differ by follows it: kbv.protocols.verified.timer.host_share)."""
+    (what alike processes differ by follows it: kbv.protocols.verified.spread.host_share)."""
     slow = time_block(dev := FakeDevice(call_ms=0.01, host_ms=0.12), dev.fn, [[]], 0, 2, Window(None, COSTS))
     quick = time_block(dev := FakeDevice(call_ms=2.0), dev.fn, [[]], 0, 2, Window(None, COSTS))
     assert slow.launch_ms == pytest.approx([0.122, 0.122], abs=1e-9) and slow.stream_ms[0] > 0.12

@@ -622,7 +622,8 @@ class Child:
 
         timers = [n for n in self.guards.tampered() if is_timer(n)]
         return {"device_ms": block.device_ms, "host_ms": block.host_ms, "stream_ms": block.stream_ms,
-                "launch_ms": block.launch_ms, "persisting_l2": block.persisting_l2, "tampered": sorted(set(self.clock.tampered()) | set(timers)),
+                "launch_ms": block.launch_ms, "persisting_l2": block.persisting_l2,
+                "tampered": sorted(set(self.clock.tampered()) | set(timers)),
                 **self._window_costs(cmd.get("probe_costs")), **delivered}
 
     def op_replay(self, cmd: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,9 @@ window's own costs (the synchronise's return, the quickest launch: idle time) ar
 baseline's child, which runs no candidate code, right after each of its blocks, and the parent takes
 them out of the calls of that round, the candidate's and the baselines' alike (`settle`). Sampling
 stops once every median is known to the target precision, or at a cap. The speedup's interval is the
-bootstrap's over the calls, widened by what two alike processes differ by (`process_spread`). A side whose calls are too
-short to time against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). Before
+bootstrap's over the calls, widened by what two alike processes differ by, the host's share of each
+side's windows included (`kbv.protocols.verified.spread`). A side whose calls are too short to time
+against those costs gets no speedup (`kbv.detect.speed.too_short_to_time`). Before
 any of it, every child stands as a profiled one does (a GPU's CUPTI, which a profiler session leaves
 attached: `kbv.sandbox.child`). A random call of every candidate block has its output copied out and
 checked against the truth. The parent's own wall clock around each block bounds what a child can
@@ -34,10 +35,11 @@ from kbv.detect.speed import WallBlock, WallBound, too_short_to_time, wall_bound
 from kbv.errors import ProblemRunError
 from kbv.inputs import tensor_bytes
 from kbv.memory_plan import return_cached
+from kbv.protocols.verified.spread import host_share, judge_speedups, process_note
 from kbv.sandbox import Sandbox
 from kbv.sandbox.timers import COST_PROBES, WindowCosts, subtract_costs
 from kbv.settings import time_left
-from kbv.stats import StopRule, bootstrap_ratio_ci, interleave_order, median, median_ci
+from kbv.stats import StopRule, interleave_order, median, median_ci
 from kbv.verdict import Category, TimingStats
 
 
@@ -281,8 +283,9 @@ def _time_one_block(run: _Run, side: _Side, rnd: int, recheck: int | None) -> li
     stream = [float(x) for x in reply.get("stream_ms", whole)]
     side.whole_ms += whole
     side.stream_ms += stream if len(stream) == len(whole) else whole
+    # one per call, in line with the others whatever the reply holds: a call without one has none (0)
     launch = [_ms(x) for x in reply.get("launch_ms", ())]
-    side.launch_ms += launch if len(launch) == len(whole) else []
+    side.launch_ms += launch if len(launch) == len(whole) else [0.0] * len(whole)
     side.rounds += [rnd] * len(whole)
     side.host_ms += [float(x) for x in reply["host_ms"]]
     if probe and (costs := _window_costs(reply.get("window_costs_ms"))) is not None:
@@ -371,7 +374,7 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
     taken = typical.launch + typical.sync if typical is not None else None
     short = {s.name: why for s in sides if s.device_ms and (why := too_short_to_time(
         s.name, stats[s.name].median_ms, s.capped_rounds, len(set(s.rounds)), resolution, taken))}
-    host = {s.name: host_share(typical, s.launch_ms, s.stream_ms) for s in sides}  # sides[0] is "candidate"
+    host = {s.name: host_share(typical, s.launch_ms, s.stream_ms, s.whole_ms) for s in sides}  # "candidate" first
     speedups, cis = judge_speedups(sides[0].device_ms, {s.name: s.device_ms for s in sides[1:]}, bound.charge,
                                    set(short), host)
     notes = bound.notes + tuple(short.values())
@@ -389,102 +392,8 @@ def _result(sides: list[_Side], findings: list[tuple[Category, str]], rechecked:
                        too_short=tuple(short))
 
 
-# What a bootstrap over one process's calls cannot see: two alike processes time the same call apart by
-# an offset that holds for their whole lives (their launch paths, where their buffers sit). Measured on
-# H100s, as standard deviations of one side's figure from process to process: alike reference children of
-# L1/2_ReLU and L1/6_Softmax, every block at 1980 MHz, differed in their whole windows by 0.2-0.8 us on
-# windows whose costs taken out were 31 us (docs/gpu/2026-12-07), and by up to 4 us where those costs
-# were 48-53 us (2026-12-06-f, -g); L3/1_MLP's, whose calls hold a launch path of several ops that the device waits
-# on (about 125 us of its 157 us windows), by 3-4 us, about 2.5% of their windows (18 us once, with one
-# child 227 us against 166-199). 36 of KernelBench's identities, milliseconds long, came out 0.989-1.011 with 7
-# of 25 bootstrap intervals leaving 1.00 out; L3/1_MLP's verified identity 0.957 [0.934, 0.982] while the
-# host's share was only the window's costs (docs/gpu/2026-12-07-b).
-PROCESS_SPREAD = 0.005  # of a side's median (device-bound calls)
-PROCESS_SPREAD_HOST = 0.025  # of the host's share of a side's windows (`host_share`): the launch path's
-PROCESS_Z = 1.96  # the interval's level (95%), as the bootstrap's
-
-
-def host_share(costs: WindowCosts | None, launch_ms: Sequence[float], stream_ms: Sequence[float]) -> float | None:
-    """The host's share of one side's windows (ms): the window's costs taken out of every call, or,
-    where the call's own launch path held the device longer than the quickest launch does, the
-    synchronise's return and that launch path: per call, the host's time to the call's return
-    (`launch_ms`), no more than the device spent in the call's stream (`stream_ms`: where the device
-    waited on the host, the host's time is the call's; where it did not, only the launch is), the
-    median over calls. None without costs (a CPU: the host's share is the whole figure, which the
-    processes' share of it covers). Pure."""
-    if costs is None:
-        return None
-    total = costs.launch + costs.sync
-    paths = [min(a, b) for a, b in zip(launch_ms, stream_ms)]
-    return max(total, costs.sync + median(paths)) if paths else total
-
-
-def process_spread(median_ms: float, host_ms: float | None) -> float:
-    """A side's figure's relative standard deviation from one alike process to another (see
-    PROCESS_SPREAD): a share of the figure itself, and one of the host's share of its windows
-    (`host_share`; None where none is known, as on a CPU), whose offset stays in what is left once the
-    window's costs are taken out. Pure."""
-    absolute = math.hypot(PROCESS_SPREAD * median_ms, PROCESS_SPREAD_HOST * (host_ms or 0.0))
-    return absolute / max(median_ms, 1e-12)
-
-
-def widen(speedup: float, ci: tuple[float, float], spread: float) -> tuple[float, float]:
-    """The bootstrap interval `ci` around `speedup` with the processes' relative spread `spread` (a
-    log-scale half-width) added to each side of it in quadrature; `ci` as it is where `speedup` is no
-    positive figure (a ratio of subtraction artefacts never reaches here: `too_short_to_time`). Pure."""
-    if not (math.isfinite(speedup) and speedup > 0 and math.isfinite(spread)):
-        return ci
-    lo, hi = ci
-    down = math.hypot(max(math.log(speedup / lo), 0.0), spread) if lo > 0 else math.inf
-    up = math.hypot(max(math.log(hi / speedup), 0.0), spread) if hi > 0 else spread
-    return speedup * math.exp(-down), speedup * math.exp(up)
-
-
-def process_note(host_ms: Mapping[str, float | None]) -> str:
-    """What the speedup's interval holds besides the calls' own spread (for the timing notes), with
-    each side's host share (`host_share`) where one is known."""
-    known = {name: ms for name, ms in host_ms.items() if ms}
-    shares = ", ".join(f"{name} {ms * 1e3:.1f} us" for name, ms in known.items())
-    host = (f" and {PROCESS_SPREAD_HOST:.1%} of the host's share of its windows (its launch path and the "
-            f"synchronise's return: {shares})" if known else "")
-    return (f"the speedup's interval holds what alike processes differ by as well: {PROCESS_SPREAD:.1%} of each "
-            f"side's time{host} (standard deviations, per side)")
-
-
-def judge_speedups(candidate_ms: Sequence[float], baselines_ms: Mapping[str, Sequence[float]], charge: float,
-                   too_short: set[str], host_ms: Mapping[str, float | None] | float | None = None,
-                   ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """Per baseline, median(baseline) / median(candidate) / `charge` and its interval, where both sides
-    have samples and neither is in `too_short` (a ratio of what is left once the window's costs are
-    taken out of calls shorter than their jitter is an artefact: 0, or huge). The interval is the
-    bootstrap's over the calls, widened by what alike processes differ by (`process_spread` of each
-    side; `host_ms` the host's share of each side's windows, by name, "candidate" for the candidate's,
-    or one figure for every side): the candidate and a baseline each live in one process, and an
-    identity's bootstrap interval left 1.00 out by 7-12% on an H100. Pure."""
-    speedups: dict[str, float] = {}
-    cis: dict[str, tuple[float, float]] = {}
-    if not candidate_ms or "candidate" in too_short:
-        return speedups, cis
-
-    def share(name: str) -> float | None:
-        return host_ms.get(name) if isinstance(host_ms, Mapping) else host_ms
-
-    candidate = median(candidate_ms)
-    for name, samples in baselines_ms.items():
-        if not samples or name in too_short:
-            continue
-        baseline = median(samples)
-        speedup = baseline / max(candidate, 1e-9) / charge
-        speedups[name] = speedup
-        lo, hi = bootstrap_ratio_ci(samples, candidate_ms)
-        spread = PROCESS_Z * math.hypot(process_spread(candidate, share("candidate")),
-                                        process_spread(baseline, share(name)))
-        cis[name] = widen(speedup, (lo / charge, hi / charge), spread)
-    return speedups, cis
-
-
 def _ms(said: Any) -> float:
-    """A figure of a trusted child's reply in ms (0 where it is not a finite number)."""
+    """A figure of a child's reply in ms (0 where it is not a finite number)."""
     ok = isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said)
     return float(said) if ok else 0.0
 
