@@ -259,7 +259,7 @@ class BlockResult:
     persisting_l2: str | None = None  # what a call set up, though it was reset before each call
     stream_ms: list[float] = field(default_factory=list)  # per call: begin -> end, its own stream (host time on CPU)
     # per call: the host's time from just before `begin` to the call's return (CUDA; empty on a CPU), its
-    # launch path: where the device waited on it, what a process's own speed moves (`kbv.protocols.verified.timer`)
+    # launch path: where the device waited on it, what a process's own speed moves (`kbv.protocols.verified.spread`)
     launch_ms: list[float] = field(default_factory=list)
 
 
