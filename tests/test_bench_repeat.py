@@ -126,3 +126,37 @@ def test_two_runs_of_an_identity_pair_under_both_protocols_then_a_rerun_that_ski
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.count("every pair already measured, skipped") == 2 and time.monotonic() - t0 < 30
     assert json.loads((tmp_path / "repeat.json").read_text())["results"] == data["results"]
+
+
+def test_the_targets_judge_each_case_as_issue_37_states_them(tmp_path: Path) -> None:
+    """Per variant and case: the verified pairs' worst max/min, the identities within 1.00 +- 0.03 and
+    whose intervals hold 1.00, and the standard pairs that move more than 1.10 with the runs a reader
+    keeps (those not marked unstable_timing) agreeing. `--report` prints them from a run's JSON."""
+    bench = _module()
+
+    def standard(candidate: str, run: int, speedup: float, marked: bool) -> dict[str, Any]:
+        return {**_result("default", run, speedup), "candidate": candidate, "protocol": "standard",
+                "status": "correct", "categories": ["unstable_timing"] if marked else []}
+
+    results = [_result("default", 0, 0.99), _result("default", 1, 1.08), _result("default", 2, 1.0),
+               {**_result("default", 0, 0.5), "candidate": "2_ReLU__cuda", "status": "verified"},
+               {**_result("default", 1, 0.51), "candidate": "2_ReLU__cuda", "status": "verified"},
+               # moved 1.40 and marked where it moved: the unmarked runs agree
+               standard("2_ReLU__triton", 0, 1.0, False), standard("2_ReLU__triton", 1, 0.71, True),
+               standard("2_ReLU__triton", 2, 1.02, False),
+               # moved 1.30 with no run marked: the target is missed
+               standard("2_ReLU__cuda", 0, 1.0, False), standard("2_ReLU__cuda", 1, 1.3, False)]
+    results[1]["interval"] = [1.05, 1.11]  # a run whose interval leaves the identity's 1.00 out
+    (t,) = bench.targets(bench.summarise(results))
+    assert t["verified_pairs"] == 2 and t["verified_worst_max_over_min"] == pytest.approx(1.08 / 0.99)
+    assert t["verified_within"] == 1
+    assert (t["identity_runs"], t["identity_within"]) == (3, 2)
+    assert (t["identity_intervals"], t["identity_holds_one"]) == (3, 2)
+    assert (t["standard_moving"], t["standard_moving_marked"]) == (2, 1)
+    out = tmp_path / "repeat.json"
+    out.write_text(json.dumps({"runs": [], "results": results}))
+    done = _bench("--report", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "1.09 (1/2 <= 1.05)" in done.stdout and "1/2 marked" in done.stdout
+    missing = _bench("--report", "--out", str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and "--report needs --out" in missing.stderr and "Traceback" not in missing.stderr
