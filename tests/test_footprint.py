@@ -117,3 +117,32 @@ def test_a_trace_past_its_budget_is_of_unknown_size():
 def test_sizes_read_as_a_person_writes_them():
     assert [format_bytes(n) for n in (512, 3 * 1024 + 300, 12 * MIB, 31 << 30)] == ["512 B", "3.3 KiB", "12 MiB",
                                                                                       "31 GiB"]
+
+
+CHAIN = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        kept = []
+        for _ in range(6):
+            x = torch.clamp(x + 1.0, min=0.0)
+            KEEP
+        return x
+def get_inputs():
+    return [torch.rand(1024, 1024)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_chain_of_steps_holds_what_eager_execution_holds_at_once():
+    """Each step's temporaries die before the next step runs: six steps of `x = clamp(x + 1)` hold at
+    most the step's input, its sum and its clamp (KernelBench's level-2 chains: L2/2's forward was
+    counted 12 GiB where it holds 4 beyond its input). A forward that keeps every step's result holds
+    all of them."""
+    one = 1024 * 1024 * 4
+    chain = trace_footprint(_module(CHAIN.replace("KEEP", "pass")))
+    # the step's input (the step before's clamp), its sum and its clamp; the problem's input is counted apart
+    assert chain is not None and chain.forward_bytes == 3 * one
+    kept = trace_footprint(_module(CHAIN.replace("KEEP", "kept.append(x)")))
+    assert kept is not None and kept.forward_bytes == 7 * one  # six kept clamps and the last sum

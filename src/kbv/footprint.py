@@ -82,14 +82,15 @@ class _TooLong(Exception):
 
 class _Live(TorchDispatchMode):
     """Follows the storages operators make: their bytes while any tensor keeps them alive, and the
-    peak. Dead storages are noticed every PRUNE_EVERY operators, so the peak errs high, by at most
-    that many operators' results: a plan made from it holds a little more than it needs, never less."""
+    peak. The storages that died are let go before each operator runs, so the peak is what eager
+    execution holds at once: an operator's inputs that the caller still keeps, and its results (a
+    chain of six elementwise steps on a 2 GiB tensor holds two of them, not six). The inputs' and
+    weights' storages (`known`) are alive throughout and cost nothing here."""
 
-    PRUNE_EVERY = 16
-
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, known: Sequence[torch.Tensor] = ()) -> None:
         super().__init__()
-        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.known = {t.untyped_storage()._cdata for t in known}
+        self.refs: dict[int, tuple[StorageWeakRef, int]] = {}  # the forward's own storages
         self.live = 0
         self.peak = 0
         self.ops: dict[str, None] = {}
@@ -98,25 +99,25 @@ class _Live(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops.setdefault(func.overloadpacket.__name__, None)
+        self._prune()
         out = func(*args, **(kwargs or {}))
         for t in _tensors(out):
             storage = t.untyped_storage()
             key = storage._cdata
-            if key not in self.refs:  # a new storage (a view or an in-place result shares its argument's)
+            # a new storage (a view or an in-place result shares its argument's)
+            if key not in self.known and key not in self.refs:
                 nbytes = storage.nbytes()
                 self.refs[key] = (StorageWeakRef(storage), nbytes)
                 self.live += nbytes
         self.peak = max(self.peak, self.live)
         self.calls += 1
-        if self.calls % self.PRUNE_EVERY == 0:
-            self._prune()
+        if self.calls % 64 == 0 and time.monotonic() > self.deadline:
+            raise _TooLong()
         return out
 
     def _prune(self) -> None:
         for k in [k for k, (ref, _) in self.refs.items() if ref.expired()]:
             self.live -= self.refs.pop(k)[1]
-        if time.monotonic() > self.deadline:
-            raise _TooLong()
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -143,10 +144,7 @@ def _float64(values: Sequence[Any]) -> list[Any]:
 def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float) -> tuple[int, list[torch.Tensor], list[str]]:
     """(the forward's own peak bytes, its outputs, its operators), traced. The inputs' and weights'
     storages are known from the start: a view of one (a weight transposed for a GEMM) costs nothing."""
-    mode = _Live(deadline)
-    for t in [*_tensors(list(inputs)), *_weights(model)]:
-        storage = t.untyped_storage()
-        mode.refs[storage._cdata] = (StorageWeakRef(storage), 0)
+    mode = _Live(deadline, [*_tensors(list(inputs)), *_weights(model)])
     with torch.no_grad(), mode:
         outputs = flatten_outputs(model(*inputs))
     return mode.peak, outputs, list(mode.ops)
