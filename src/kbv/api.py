@@ -434,6 +434,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
     from kbv.builds import BuildPool
     from kbv.executors.lanes import LanesExecutor
     from kbv.executors.local import LocalExecutor
+    from kbv.room import Room
 
     plan = _plan(config, settings, len(devices))
     builds = BuildPool(settings, plan)
@@ -449,7 +450,8 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
     # the runners spawn the reference children of their baselines: with the lane's settings, so that
     # those children go where the lane's candidates go (the session's runners are the run's settings)
     mine = runners if first is settings else _runners(config, first, secret)
-    lanes = [LocalExecutor(first, mine, builds, quiet(settings.device, 0), lane=0, held=held)]
+    room = Room()  # the machine's memory, claimed by every lane's pairs in flight (`kbv.room`)
+    lanes = [LocalExecutor(first, mine, builds, quiet(settings.device, 0), lane=0, held=held, room=room)]
     for i, device in enumerate(devices[1:], start=1):
         lane = _lane_settings(replace(settings, device=device,
                                       provenance={**collect_provenance(device), **_run_record(settings)}), plan, i)
@@ -459,7 +461,7 @@ def _lanes(config: EvalConfig, settings: Settings, devices: tuple[str, ...], run
                              f"{device} a {lane.provenance.get('device_name')}; evaluate different models in separate runs.")
         lane.provenance["build_isolation"] = plan.describe()
         lanes.append(LocalExecutor(lane, _runners(config, lane, secret), builds, quiet(device, i), lane=i,
-                                   held=held))
+                                   held=held, room=room))
     return LanesExecutor(lanes, builds)
 
 

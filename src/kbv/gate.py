@@ -99,6 +99,28 @@ class DeviceGate:
             self._wait(lambda: self._writer is None and not self._waiting)
             self._shared[me] = depth
 
+    @contextlib.contextmanager
+    def stepped_out(self) -> Iterator[None]:
+        """This thread's shared hold given up for the block, and taken back after it (behind any window
+        that waits): for a wait on another pair of the device (`kbv.room`), which may need a window of
+        its own before it ends. The block's seconds go to the thread's account (`waited_s`)."""
+        me = threading.get_ident()
+        if self._writer == me:  # a window never waits on another pair
+            yield
+            return
+        t0 = time.monotonic()
+        with self._cond:
+            depth = self._shared.pop(me, 0)
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._waited[me] = self._waited.get(me, 0.0) + time.monotonic() - t0
+                if depth:
+                    self._wait(lambda: self._writer is None and not self._waiting)
+                    self._shared[me] = depth
+
     # -- exclusive ------------------------------------------------------------------------------------
     def acquire_exclusive(self) -> None:
         me = threading.get_ident()
@@ -173,6 +195,17 @@ def checkpoint() -> None:
     gate = _CURRENT.get()
     if gate is not None:
         gate.checkpoint()
+
+
+@contextlib.contextmanager
+def stepped_out() -> Iterator[None]:
+    """The current gate's shared hold given up for the block (`DeviceGate.stepped_out`); none: nothing."""
+    gate = _CURRENT.get()
+    if gate is None:
+        yield
+        return
+    with gate.stepped_out():
+        yield
 
 
 def synchronizer(device: str) -> Callable[[], None] | None:

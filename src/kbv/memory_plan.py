@@ -24,6 +24,7 @@ from pathlib import Path
 
 from kbv.errors import ProblemRunError
 from kbv.footprint import Footprint, format_bytes
+from kbv.room import claim, others_claims
 
 FIT_SHARE = 0.8  # of the memory available that one problem's plan may take
 MIN_POOL_SETS = 2  # the timing pool never shares inputs between consecutive calls
@@ -56,14 +57,23 @@ class Available:
 
 
 def available_memory(device_type: str, device_index: int | None = None) -> Available:
-    """What the device and the host have free now."""
-    host = host_available_bytes()
+    """What the device and the host have free now, less what the other lanes' pairs in flight claim
+    (`kbv.room`: their plans' peaks, of which they may not have allocated everything yet)."""
+    device_claims, host_claims = others_claims()
+    if device_type != "cuda":
+        host_claims += device_claims  # a CPU lane's device is the host
+    host = max(host_available_bytes() - host_claims, 0)
     if device_type != "cuda":
         return Available(None, host)
     import torch
 
     free, _ = torch.cuda.mem_get_info(device_index if device_index is not None else torch.cuda.current_device())
-    return Available(int(free), host)
+    return Available(max(int(free) - device_claims, 0), host)
+
+
+def claim_plan(need: Need) -> None:
+    """The pair in hand will hold up to `need` (`kbv.room`): other lanes plan without it."""
+    claim(need.device, need.host)
 
 
 def host_available_bytes() -> int:

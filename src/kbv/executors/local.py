@@ -39,9 +39,10 @@ from kbv.candidates import Backend, Candidate, Pair
 from kbv.errors import DeviceRoomFailure, ProblemError, ProblemRunError, RunFailure, first_line
 from kbv.executors import Executor, Job, ProtocolRunner, RunState
 from kbv.gate import DeviceGate, holding
-from kbv.memory_plan import ProblemTooLarge, host_available_bytes, host_total_bytes, return_cached
+from kbv.memory_plan import Need, ProblemTooLarge, claim_plan, host_available_bytes, host_total_bytes, return_cached
 from kbv.placement import Quiet, enter_lane_thread, enter_starter_thread, move_process
 from kbv.problems import out_of_memory
+from kbv.room import Room, alone, sharing, using
 from kbv.sandbox import ChildFailure, Sandbox, kill_all_children
 from kbv.sandbox.spares import offering
 from kbv.settings import Settings
@@ -100,7 +101,7 @@ class LocalExecutor(Executor):
     owns its build pool shuts it down on close."""
 
     def __init__(self, settings: Settings, runners: dict[str, ProtocolRunner], builds: BuildPool | None = None,
-                 quiet: Quiet | DeviceGate | None = None, lane: int = 0, held: int = 0) -> None:
+                 quiet: Quiet | DeviceGate | None = None, lane: int = 0, held: int = 0, room: Room | None = None) -> None:
         self.settings = settings
         self.runners = runners
         self._own_builds = builds is None
@@ -116,6 +117,9 @@ class LocalExecutor(Executor):
         # memory measured or its call times compared (builds are stopped meanwhile in hold mode)
         self._quiet = quiet if isinstance(quiet, Quiet) else Quiet(quiet, self._builds.holds)
         self._held = held or HELD_PER_PROTOCOL
+        # the memory the machine's lanes claim for their pairs in flight (`kbv.room`): shared by the lanes
+        # of one machine, so that two pairs never plan with the same free bytes
+        self._room = room or Room()
         # protocol -> {problem hash: prepared problem (or its failure)}, least recently used first
         self._contexts: dict[str, OrderedDict[str, Any]] = {}
         self._queue: list[Job] = []  # submitted, not yet evaluating
@@ -300,22 +304,26 @@ class LocalExecutor(Executor):
             build = build_future.result()
         with stage("child_start"):
             warm = self._child_for(job)
-        try:
-            # the device's gate, shared from here on (a timed window takes it alone): not while waiting
-            # for the build or the child, whose starter thread needs the gate too
-            with holding(self._quiet.gate):
-                prepared = self._context(runner, pair)
-                if warm.failure is not None:
-                    f = warm.failure
-                    return replace(runner.blank(pair), status=f.status,
-                                   message=f"the child could not start: {f.message}", evidence=f.evidence)
-                assert warm.sandbox is not None
-                verdict = self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
-            return _with_refusals(verdict, build, warm.sandbox)
-        finally:
-            with self._quiet.gate.shared():  # a context torn down is device work too: not in a window
-                warm.close()
-                self._return_device_memory()
+        # the pair's memory claim (`kbv.room`) lasts until its child is closed
+        with using(self._room, self._lane, self.settings.device):
+            try:
+                # the device's gate, shared from here on (a timed window takes it alone): not while waiting
+                # for the build or the child, whose starter thread needs the gate too
+                with holding(self._quiet.gate):
+                    prepared = self._context(runner, pair)
+                    if warm.failure is not None:
+                        f = warm.failure
+                        return replace(runner.blank(pair), status=f.status,
+                                       message=f"the child could not start: {f.message}", evidence=f.evidence)
+                    assert warm.sandbox is not None
+                    verdict = self._maybe_skipped(runner.evaluate(pair, prepared, build, warm.sandbox), pair)
+                return _with_refusals(verdict, build, warm.sandbox)
+            finally:
+                with self._quiet.gate.shared():  # a context torn down is device work too: not in a window
+                    warm.close()
+                    # another lane waits to have the memory to itself: what this one holds goes now
+                    wanted = self._room.wanted(self._lane) and self._release_held(lambda contexts, problem: True)
+                    self._return_device_memory(collect=wanted)
 
     def _return_device_memory(self, collect: bool = False) -> None:
         """Give the parent's cached, unused device memory back to the driver: the children of the next
@@ -339,6 +347,9 @@ class LocalExecutor(Executor):
             context = held[pair.problem.hash]
             if isinstance(context, ProblemError):
                 raise type(context)(str(context))
+            need = getattr(getattr(context, "plan", None), "need", None)
+            if isinstance(need, Need):  # the pair will hold the problem's peak again: claimed as its plan was
+                claim_plan(need)
             self._keep_device_memory(pair, context)
             return context
         while len(held) >= self._held:
@@ -387,7 +398,10 @@ class LocalExecutor(Executor):
         released under the other protocols too (a problem whose standard trials take half the device
         is prepared for verified in the whole of it). A retry is made only where something was
         released. Where the two protocols' plans of one problem cannot be held together, each of its
-        pairs prepares it again for its protocol: slower, never a refusal."""
+        pairs prepares it again for its protocol: slower, never a refusal. Still short while other lanes'
+        pairs claim memory (`kbv.room`): once more with the memory to itself, once their pairs have ended
+        and let go of what their lanes held, so that a problem that fits the machine alone is never
+        refused for sharing it."""
         try:
             return runner.prepare(pair)
         except Exception as exc:
@@ -404,6 +418,12 @@ class LocalExecutor(Executor):
                 if not _short_of_memory(exc):
                     raise
                 error = exc
+        if sharing():
+            del error  # its frames hold the failed attempt's tensors
+            with alone():
+                self._release_held(lambda contexts, problem: True)
+                self._return_device_memory(collect=True)
+                return runner.prepare(pair)
         raise error
 
     def _release_held(self, releasable: Callable[[OrderedDict[str, Any], str], bool]) -> bool:
