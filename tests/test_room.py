@@ -91,7 +91,7 @@ def test_a_lane_that_waits_to_be_alone_waits_for_the_others_claims_and_holds_bac
     for t in (b, c):
         t.join(5)
     assert log == ["a ends", "b alone", "b planned", "c claimed"]
-    assert room.peak[HOST] == 12 * GIB  # a's 9 GiB and b's 12 never claimed together
+    assert room.peak[HOST] <= 13 * GIB  # a's 9 GiB and b's 12 never claimed together (c's 1 may join b's)
 
 
 def test_a_lane_waiting_for_the_memory_steps_out_of_the_gate_so_the_others_windows_go_on() -> None:
@@ -106,7 +106,7 @@ def test_a_lane_waiting_for_the_memory_steps_out_of_the_gate_so_the_others_windo
             room_module.claim(4 * GIB, 0)
             a_claimed.set()
             b_waiting.wait(5)
-            time.sleep(0.05)
+            time.sleep(0.3)
             with gate.exclusive():
                 log.append("a timed")
 
@@ -115,7 +115,7 @@ def test_a_lane_waiting_for_the_memory_steps_out_of_the_gate_so_the_others_windo
             b_waiting.set()
             with alone():
                 log.append("b alone")
-            assert waited_s() > 0.04
+            assert waited_s() > 0.1
 
     a = _started(lane_a)
     a_claimed.wait(5)
@@ -124,6 +124,51 @@ def test_a_lane_waiting_for_the_memory_steps_out_of_the_gate_so_the_others_windo
         t.join(10)
         assert not t.is_alive(), "deadlocked"
     assert log == ["a timed", "b alone"]
+
+
+def test_two_lanes_that_plan_at_once_plan_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each lane reads what is free and claims what it plans; were the reading and the claim apart,
+    both would read 10 GiB free and claim 6 of it."""
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 10 * GIB)
+    room, seen, both_in = Room(), [], threading.Barrier(2)
+
+    def lane(name: str) -> None:
+        with using(room, name, "cpu"):
+            both_in.wait(5)
+            with room_module.planning():
+                free = available_memory("cpu").host_bytes
+                seen.append(free)
+                time.sleep(0.05)  # the other lane is ready to plan meanwhile
+                claim_plan(Need(0, min(6 * GIB, free)))
+            time.sleep(0.1)
+
+    threads = [_started(lambda n=n: lane(n)) for n in ("a", "b")]
+    for t in threads:
+        t.join(5)
+    assert sorted(seen) == [4 * GIB, 10 * GIB] and room.peak[HOST] == 10 * GIB
+
+
+def test_two_lanes_that_both_want_the_room_alone_have_it_in_turn() -> None:
+    """Each lane, short of memory beside the other's claim, waits to have the room to itself and plans
+    again inside: the first claims as it plans while the second waits its turn, never a deadlock."""
+    room, log = Room(), []
+    both_claimed = threading.Barrier(2)
+
+    def lane(name: str) -> None:
+        with using(room, name, "cpu"):
+            room_module.claim(0, 5 * GIB)
+            both_claimed.wait(5)
+            with alone():
+                with room_module.planning():
+                    assert room.others(name, HOST) == 0
+                    room_module.claim(0, 8 * GIB)
+                log.append(name)
+
+    threads = [_started(lambda n=n: lane(n)) for n in ("a", "b")]
+    for t in threads:
+        t.join(10)
+        assert not t.is_alive(), "deadlocked"
+    assert sorted(log) == ["a", "b"] and room.peak[HOST] == 10 * GIB  # the two 5 GiB claims, never 8 beside one
 
 
 @pytest.mark.slow

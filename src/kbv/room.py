@@ -2,22 +2,25 @@
 
 The lanes of one machine share its host memory, and the lanes of one device (`--pairs-per-device`) its
 device memory. A problem's memory plan (`kbv.memory_plan`) is made from what is free when the problem is
-prepared. Two lanes that plan at once would each count the same free bytes, and the second to allocate
-would run the host or the device out: kbv's own process killed, or a child's out-of-memory charged to a
-candidate. So each pair *claims* its plan's peak on the resources it uses (the host, its device), from
-the moment its plan is made (or, for a problem its lane already holds, when the pair takes it) until the
-pair ends. A plan counts as available only what is free less the other pairs' claims. That errs safe: a
-claim counts again the bytes its pair has already allocated.
+prepared. Two lanes that planned at once would each count the same free bytes, and the second to
+allocate would run the host or the device out: kbv's own process killed, or a child's out-of-memory
+charged to a candidate. So a lane plans inside `planning` (one lane at a time reads what is free and
+claims its plan), and each pair *claims* its plan's peak on the resources it uses (the host, its
+device) from the moment its plan is made (or, for a problem its lane already holds, when the pair takes
+it) until the pair ends. A plan counts as available only what is free less the other pairs' claims.
+That errs safe: a claim counts again the bytes its pair has already allocated.
 
 Where a problem does not fit beside the others' claims, its pair waits until it has the room to itself
-(`alone`): meanwhile no other pair makes a claim, the other lanes let go of the problems they hold as
-their pairs end, and once no other pair claims anything, the plan is made again against what is free
-then. So a problem that fits the machine alone is not refused because it shares it.
+(`alone`): meanwhile no other lane plans or makes a new claim, the other lanes let go of the problems
+they hold as their pairs end, and once no other pair claims anything, the plan is made again against
+what is free then. What this does not cover: a lane with no pair in flight keeps the problems it holds
+(no claim of its own, it is not waited for), and a problem a lane holds is claimed again only when its
+next pair takes it; a refusal made beside them is a problem failure, tried again when the run resumes.
 
 Every wait here happens outside the device's gate (`kbv.gate.stepped_out`), so a pair that waits never
 keeps another from its timed windows, and its seconds count as time waited, not against the pair's
-deadline. A lane with a claim never waits to claim again (it replaces its claim): the pair that waits to
-be alone waits for that claim to end, never the other way round.
+deadline; the room's lock is let go before the gate is taken back. A lane that plans, has a claim, or
+has the room to itself never waits to claim: the lanes that wait wait for it, never the other way round.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import threading
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 
 from kbv.gate import stepped_out
 
@@ -40,6 +43,7 @@ class Room:
         self._claims: dict[Hashable, dict[str, int]] = {}
         self._alone: Hashable | None = None  # the lane that has the room to itself
         self._queued: set[Hashable] = set()  # lanes waiting to have it
+        self._planner: Hashable | None = None  # the lane reading what is free and claiming its plan
         self.peak: dict[str, int] = {}  # the most claimed at once, per resource (the run's figures)
 
     def others(self, lane: Hashable, resource: str) -> int:
@@ -57,27 +61,48 @@ class Room:
             return bool(self._queued - {lane}) or self._alone not in (None, lane)
 
     def _may_claim(self, lane: Hashable) -> bool:
-        if lane in self._claims:  # replacing a claim never waits: another lane may be waiting for it to end
-            return True
-        return self._alone in (None, lane) and not (self._queued - {lane})
+        if lane in self._claims or lane in (self._planner, self._alone):
+            return True  # replacing a claim, or planning, never waits: another lane may be waiting on it
+        return self._alone is None and not (self._queued - {lane})
+
+    def _may_plan(self, lane: Hashable) -> bool:
+        return self._planner is None and self._may_claim(lane)
+
+    @contextlib.contextmanager
+    def planning(self, lane: Hashable) -> Iterator[None]:
+        """`lane` alone reads what is free and claims its plan, for the block: two lanes never plan with
+        the same free bytes. Waits while another lane plans, or has (or waits to have) the room to itself."""
+        self._wait_then(lambda: self._may_plan(lane), lambda: setattr(self, "_planner", lane))
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._planner = None
+                self._cond.notify_all()
 
     def claim(self, lane: Hashable, bytes_by_resource: Mapping[str, int]) -> None:
         """`lane`'s pair will hold up to these bytes (its earlier claim replaced); waits while another
-        lane has, or waits to have, the room to itself."""
+        lane plans, or has (or waits to have) the room to itself. A plan claims inside `planning`."""
         wanted = {r: int(b) for r, b in bytes_by_resource.items() if b > 0}
-        with self._cond:
-            if self._may_claim(lane):
-                self._record(lane, wanted)
-                return
-        with stepped_out(), self._cond:  # the room's lock is let go before the gate is taken back
-            self._cond.wait_for(lambda: self._may_claim(lane))
-            self._record(lane, wanted)
+        self._wait_then(lambda: self._may_claim(lane) and self._planner in (None, lane),
+                        lambda: self._record(lane, wanted))
 
     def _record(self, lane: Hashable, wanted: dict[str, int]) -> None:
         self._claims[lane] = wanted
         for resource in wanted:
             total = sum(c.get(resource, 0) for c in self._claims.values())
             self.peak[resource] = max(self.peak.get(resource, 0), total)
+
+    def _wait_then(self, ready: Callable[[], bool], then: Callable[[], None]) -> None:
+        """`then()` under the room's lock once `ready()`; a wait happens outside the device's gate, and
+        the room's lock is let go before the gate is taken back (never the other way round)."""
+        with self._cond:
+            if ready():
+                then()
+                return
+        with stepped_out(), self._cond:
+            self._cond.wait_for(ready)
+            then()
 
     def release(self, lane: Hashable) -> None:
         """`lane`'s pair has ended: its claim goes."""
@@ -98,7 +123,12 @@ class Room:
                 self._alone = lane
             finally:
                 self._queued.discard(lane)
-            self._cond.wait_for(lambda: not any(c for other, c in self._claims.items() if other != lane))
+                self._cond.notify_all()
+            try:
+                self._cond.wait_for(lambda: not any(c for other, c in self._claims.items() if other != lane))
+            except BaseException:
+                self._alone = None
+                raise
         try:
             yield
         finally:
@@ -129,6 +159,18 @@ def others_claims() -> tuple[int, int]:
         return 0, 0
     room, lane, device = current
     return room.others(lane, device), room.others(lane, HOST)
+
+
+@contextlib.contextmanager
+def planning() -> Iterator[None]:
+    """The current lane reads what is free and claims its plan with no other lane planning (`Room.planning`)."""
+    current = _CURRENT.get()
+    if current is None:
+        yield
+        return
+    room, lane, _ = current
+    with room.planning(lane):
+        yield
 
 
 def claim(device_bytes: int, host_bytes: int) -> None:

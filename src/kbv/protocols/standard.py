@@ -36,7 +36,7 @@ from kbv.clocks import warm_before_timing
 from kbv.compare import Comparison, compare_allclose
 from kbv.errors import ProblemRunError, UsageError, did_you_mean
 from kbv.footprint import problem_footprint
-from kbv.memory_plan import StandardPlan, available_memory, claim_plan, plan_standard
+from kbv.memory_plan import StandardPlan, available_memory, claim_plan, plan_standard, planning
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
 from kbv.placement import group_stopped
 from kbv.problems import Problem, instantiate_problem, problem_code
@@ -286,9 +286,10 @@ class StandardRunner:
         if footprint is None:
             return None
         device = torch.device(self.settings.device)
-        plan = plan_standard(footprint, self.protocol.correctness_trials, available_memory(device.type, device.index),
-                             problem.origin)
-        claim_plan(plan.need)  # before a byte of it is spent: lanes that share the memory plan without it
+        with planning():  # what is free read, and the plan claimed, with no other lane planning meanwhile
+            plan = plan_standard(footprint, self.protocol.correctness_trials,
+                                 available_memory(device.type, device.index), problem.origin)
+            claim_plan(plan.need)  # before a byte of it is spent: lanes that share the memory plan without it
         return plan
 
     def _load_baseline(self, ctx: StandardContext, sb: Sandbox) -> None:

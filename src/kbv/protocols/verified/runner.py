@@ -35,7 +35,7 @@ from kbv.distributions import DISTRIBUTIONS
 from kbv.errors import UnsoundProblemError
 from kbv.footprint import Footprint, footprint_record, problem_footprint
 from kbv.ledger import bounded
-from kbv.memory_plan import VerifiedPlan, available_memory, claim_plan, plan_verified, return_cached
+from kbv.memory_plan import VerifiedPlan, available_memory, claim_plan, plan_verified, planning, return_cached
 from kbv.inputs import tensor_bytes
 from kbv.protocols import blank_verdict
 from kbv.protocols.verified.correctness import CorrectnessResult, check_correctness, run_probes
@@ -186,11 +186,11 @@ class VerifiedRunner:
         if footprint is None:
             return None
         device = torch.device(self.settings.device)
-        available = available_memory(device.type, device.index)
         trials = len(DISTRIBUTIONS) * self.protocol.trials_per_distribution
-        plan = plan_verified(footprint, trials, available, self.timer.pool_budget_bytes, problem.origin,
-                             len(self.baseline_names))
-        claim_plan(plan.need)  # before a byte of it is spent: lanes that share the memory plan without it
+        with planning():  # what is free read, and the plan claimed, with no other lane planning meanwhile
+            plan = plan_verified(footprint, trials, available_memory(device.type, device.index),
+                                 self.timer.pool_budget_bytes, problem.origin, len(self.baseline_names))
+            claim_plan(plan.need)  # before a byte of it is spent: lanes that share the memory plan without it
         return plan
 
     def release(self, prepared: PreparedProblem | UnsoundProblem) -> None:
