@@ -130,7 +130,7 @@ def test_two_lanes_that_plan_at_once_plan_one_after_the_other(monkeypatch: pytes
     """Each lane reads what is free and claims what it plans; were the reading and the claim apart,
     both would read 10 GiB free and claim 6 of it."""
     monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 10 * GIB)
-    room, seen, both_in = Room(), [], threading.Barrier(2)
+    room, seen, both_in, both_claimed = Room(), [], threading.Barrier(2), threading.Barrier(2)
 
     def lane(name: str) -> None:
         with using(room, name, "cpu"):
@@ -140,7 +140,9 @@ def test_two_lanes_that_plan_at_once_plan_one_after_the_other(monkeypatch: pytes
                 seen.append(free)
                 time.sleep(0.05)  # the other lane is ready to plan meanwhile
                 claim_plan(Need(0, min(6 * GIB, free)))
-            time.sleep(0.1)
+                with room_module.planning():  # planning again inside its plan passes through
+                    pass
+            both_claimed.wait(5)  # both claims stand before either pair ends
 
     threads = [_started(lambda n=n: lane(n)) for n in ("a", "b")]
     for t in threads:

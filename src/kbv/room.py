@@ -13,9 +13,10 @@ That errs safe: a claim counts again the bytes its pair has already allocated.
 Where a problem does not fit beside the others' claims, its pair waits until it has the room to itself
 (`alone`): meanwhile no other lane plans or makes a new claim, the other lanes let go of the problems
 they hold as their pairs end, and once no other pair claims anything, the plan is made again against
-what is free then. What this does not cover: a lane with no pair in flight keeps the problems it holds
-(no claim of its own, it is not waited for), and a problem a lane holds is claimed again only when its
-next pair takes it; a refusal made beside them is a problem failure, tried again when the run resumes.
+what is free then. What this does not cover: a lane with no claim keeps the problems it holds (one
+with no pair in flight, or whose pair waits at the room to plan or to claim again: it is not waited
+for), and a problem a lane holds is claimed again only when its next pair takes it; a refusal made
+beside them is a problem failure, tried again when the run resumes.
 
 Every wait here happens outside the device's gate (`kbv.gate.stepped_out`), so a pair that waits never
 keeps another from its timed windows, and its seconds count as time waited, not against the pair's
@@ -72,6 +73,11 @@ class Room:
     def planning(self, lane: Hashable) -> Iterator[None]:
         """`lane` alone reads what is free and claims its plan, for the block: two lanes never plan with
         the same free bytes. Waits while another lane plans, or has (or waits to have) the room to itself."""
+        with self._cond:
+            again = self._planner == lane  # planning again inside its own plan: already the planner
+        if again:
+            yield
+            return
         self._wait_then(lambda: self._may_plan(lane), lambda: setattr(self, "_planner", lane))
         try:
             yield
@@ -128,6 +134,7 @@ class Room:
                 self._cond.wait_for(lambda: not any(c for other, c in self._claims.items() if other != lane))
             except BaseException:
                 self._alone = None
+                self._cond.notify_all()
                 raise
         try:
             yield
