@@ -168,16 +168,9 @@ def others_claims() -> tuple[int, int]:
     return room.others(lane, device), room.others(lane, HOST)
 
 
-@contextlib.contextmanager
-def planning() -> Iterator[None]:
+def planning() -> contextlib.AbstractContextManager[None]:
     """The current lane reads what is free and claims its plan with no other lane planning (`Room.planning`)."""
-    current = _CURRENT.get()
-    if current is None:
-        yield
-        return
-    room, lane, _ = current
-    with room.planning(lane):
-        yield
+    return _as_current(Room.planning)
 
 
 def claim(device_bytes: int, host_bytes: int) -> None:
@@ -197,13 +190,18 @@ def sharing() -> bool:
     return room.others(lane, device) > 0 or room.others(lane, HOST) > 0 or room.wanted(lane)
 
 
-@contextlib.contextmanager
-def alone() -> Iterator[None]:
+def alone() -> contextlib.AbstractContextManager[None]:
     """The current room to this lane alone for the block (`Room.alone`); no room current: nothing."""
+    return _as_current(Room.alone)
+
+
+@contextlib.contextmanager
+def _as_current(enter: Callable[[Room, Hashable], contextlib.AbstractContextManager[None]]) -> Iterator[None]:
+    """`enter(room, lane)` of the current room and lane for the block; none current: nothing."""
     current = _CURRENT.get()
     if current is None:
         yield
         return
     room, lane, _ = current
-    with room.alone(lane):
+    with enter(room, lane):
         yield
