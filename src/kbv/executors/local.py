@@ -400,8 +400,8 @@ class LocalExecutor(Executor):
         released. Where the two protocols' plans of one problem cannot be held together, each of its
         pairs prepares it again for its protocol: slower, never a refusal. Still short while other lanes'
         pairs claim memory (`kbv.room`): once more with the memory to itself, once their pairs have ended
-        and let go of what their lanes held, so that a problem that fits the machine alone is never
-        refused for sharing it."""
+        and let go of what their lanes held, so that no problem is refused for the other pairs in flight
+        (what an idle lane holds stays: `kbv.room`)."""
         try:
             return runner.prepare(pair)
         except Exception as exc:
