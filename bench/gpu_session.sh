@@ -147,7 +147,7 @@ for s in "$@"; do
       # SWEEP_RESUME= (empty) resumes from nothing, not even the warm box's last JSON
       [ -n "$resume" ] && [ ! -f "$OUT/kernelbench_sweep.json" ] && [ -f /tmp/kbv-sweep/last.json ] && resume=/tmp/kbv-sweep/last.json
       step kb-sweep "$sw" python3 bench/kernelbench_sweep.py "${KB_PROBLEMS:-.dev/kb}" --device cuda \
-        --timer-budget "${SWEEP_TIMER:-2}" --budget $(( sw - 60 )) --chunk "${SWEEP_CHUNK:-8}" --work /tmp/kbv-sweep \
+        --timer-budget "${SWEEP_TIMER:-2}" --budget $(( sw - 60 )) --chunk "${SWEEP_CHUNK:-8}" --pairs-per-device "${SWEEP_PAIRS:-1}" --work /tmp/kbv-sweep \
         --out "$OUT/kernelbench_sweep.json" --markdown "$OUT/kernelbench_sweep.md" \
         ${resume:+--resume $resume} ${SWEEP_ONLY:+--only $SWEEP_ONLY} $([ "${SWEEP_AGAIN:-0}" = 1 ] && echo --again) ${plans:+--refused-last $plans}
       cp "$OUT/kernelbench_sweep.json" /tmp/kbv-sweep/last.json 2>/dev/null ;;

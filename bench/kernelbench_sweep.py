@@ -167,13 +167,14 @@ def run(args: argparse.Namespace, problems: list[Any],
     config = EvalConfig(candidates=str(work / "chunk"), problems=args.problems, protocol="both",
                         device=args.device, run_dir=str(run_dir), timer_budget_s=args.timer_budget,
                         timeout_s=args.timeout, prepare_timeout_s=args.prepare_timeout, seed=args.seed,
-                        time_unattributed=True)
+                        time_unattributed=True, pairs_per_device=getattr(args, "pairs_per_device", 1))
 
     started = time.monotonic()
     by_key = {p.key: p for p in problems}
     seen: dict[str, dict[str, Any]] = {}  # problem -> protocol -> its verdict or problem failure
     sound = soundness(args.soundness)
     device = _device_name(args.device)
+    lanes = {"pairs_per_device": config.pairs_per_device} if config.pairs_per_device > 1 else {}
 
     if (run_dir / DB_NAME).is_file():  # what the run directory holds resumes without a progress call
         earlier = load_report(run_dir)
@@ -198,7 +199,7 @@ def run(args: argparse.Namespace, problems: list[Any],
             if len(outcomes) == 2:
                 rows.append({**row_of(by_key[key], {k: o for k, o in outcomes.items() if hasattr(o, "status")},
                                       {k: o.message for k, o in outcomes.items() if not hasattr(o, "status")},
-                                      sound), "device": device})
+                                      sound), "device": device, **lanes})
         finished(rows)
 
     evaluate(config, progress=progress)
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace, problems: list[Any],
     for f in report.problem_failures:
         if f.problem in wanted:
             failures.setdefault(f.problem, {})[f.protocol or "standard"] = f.message
-    return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device} for p in problems]
+    return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device, **lanes} for p in problems]
 
 
 def soundness(path: str | None) -> dict[str, str]:
@@ -362,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
                          "where --resume or --work judged it; every other row of --resume goes on as it was")
     ap.add_argument("--out", default=None, help="write the rows (and the summary) as JSON here")
     ap.add_argument("--markdown", default=None, help="write the page here (docs/kernelbench_sweep.md)")
+    ap.add_argument("--pairs-per-device", type=int, default=1,
+                    help="lanes a device: pairs prepared side by side, timed one at a time behind the gate")
     ap.add_argument("--chunk", type=int, default=8, help="problems a chunk: the outputs are written after each")
     ap.add_argument("--refused-last", default=None, metavar="PLANS_JSON",
                     help="bench/kernelbench_plans.py's --out for this device's size: the problems it plans to "
