@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -212,17 +213,37 @@ def write_markdown(records: list[dict[str, Any]], path: Path, command: str, devi
              "`flagged` when its output ignores an input (still judged). What passes on some distributions only "
              "is a note.", "",
              f"Regenerate (on {device}): `{command}`", "",
+             *_sweep_paragraph(records),
              "Counts: " + ", ".join(f"{n} {o}" for o, n in counts.items()), "",
-             "| problem | outcome | drawn | why |", "| --- | --- | --- | --- |"]
+             "| problem | outcome | by | drawn | why |", "| --- | --- | --- | --- | --- |"]
     for r in order:
         why = "; ".join(r.get("flags", [])) if r["outcome"] in FINAL else r.get("reason", "")
         notes = "; ".join(r.get("notes", []))
         if r["outcome"] == "sound" and notes:
             why = f"notes: {notes}"
         drawn = ", ".join(r.get("drawn", [])) or "-"
-        lines.append(f"| {r['problem']} | {r['outcome']} | {drawn.replace('|', '/')[:200]} | {why.replace('|', '/')[:400]} |")
+        by = "sweep" if r.get("source") == "sweep" else "check" if r["outcome"] != "not run" else "-"
+        lines.append(f"| {r['problem']} | {r['outcome']} | {by} | {drawn.replace('|', '/')[:200]} "
+                     f"| {why.replace('|', '/')[:400]} |")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _sweep_paragraph(records: list[dict[str, Any]]) -> list[str]:
+    """What the page owes a reader about the rows made from the KernelBench sweep (none: nothing)."""
+    swept = [r for r in records if r.get("source") == "sweep" and r["outcome"] != "not run"]
+    if not swept:
+        return []
+    devices = ", ".join(f"{d} ({n} rows)" for d, n in Counter(r.get("device") or "?" for r in swept).items())
+    protocols = ", ".join(sorted({r.get("protocol") or "a protocol these rows do not record" for r in swept}))
+    return [f"{len(swept)} rows (`by` sweep) come from the KernelBench identity sweep (docs/kernelbench_sweep.md), "
+            f"made on {devices} under {protocols}: the verified protocol runs this screen while preparing each "
+            "problem, less the per-input sensitivity test (so an ignored input is not flagged there), and the "
+            "identity's verdict says what it found (`no_custom_kernel`: sound; `unsound_problem`: unsound; a "
+            "refusal: too large for that card). Rows `by` check ran `kbv problems check` under these rules. "
+            "Render the page from both without a device: `PYTHONPATH=src python3 bench/kernelbench_soundness.py "
+            "--render-only --from-sweep docs/kernelbench_sweep.json --resume docs/kernelbench_soundness.jsonl "
+            f"--markdown docs/kernelbench_soundness.md --device \"{swept[0].get('device') or 'cuda'}\"`", ""]
 
 
 def _level_of(key: str) -> int:
@@ -250,21 +271,31 @@ def main(argv: list[str] | None = None) -> int:
                          "kept, the rest run again")
     ap.add_argument("--markdown", default=None, help="write the per-problem table as a Markdown page here")
     ap.add_argument("--render-only", action="store_true",
-                    help="with --resume and --markdown: write the page from the earlier run, screen nothing")
+                    help="with --markdown and --resume or --from-sweep: write the page from them, screen nothing")
+    ap.add_argument("--from-sweep", default=None, metavar="SWEEP_JSON",
+                    help="bench/kernelbench_sweep.py's JSON: its verified identity verdicts say what the "
+                         "protocol's own screen found, for the problems no screen here covers")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         path = Path(args.one)
         print(json.dumps(check_one(str(path), _level(path), args.device, args.seed)))
         return 0
-    if args.render_only:
-        if not (args.resume and args.markdown):
-            print("error: --render-only needs --resume JSONL and --markdown FILE", file=sys.stderr)
+    sweep: dict[str, dict[str, Any]] = {}
+    if args.from_sweep:
+        try:
+            sweep = from_sweep(Path(args.from_sweep))
+        except (OSError, ValueError) as exc:
+            print(f"error: --from-sweep {args.from_sweep}: not a sweep's JSON ({exc})", file=sys.stderr)
             return 2
-        if not Path(args.resume).is_file():
+    if args.render_only:
+        if not ((args.resume or args.from_sweep) and args.markdown):
+            print("error: --render-only needs --markdown FILE and --resume JSONL or --from-sweep JSON", file=sys.stderr)
+            return 2
+        if args.resume and not Path(args.resume).is_file():
             print(f"error: {args.resume} is not a file of screened problems", file=sys.stderr)
             return 2
-        every = list(last_records(Path(args.resume)).values())
+        every = merged(last_records(Path(args.resume)) if args.resume else {}, sweep)
         print_table(every)
         write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
         return 0
@@ -281,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if kept:
         print(f"{len(kept)} problems screened by {args.resume} are kept; {len(files)} to screen", flush=True)
     records = run_all(files, args, list(kept.values()))
-    every = [*kept.values(), *records]
+    every = merged({r["problem"]: r for r in [*kept.values(), *records]}, sweep)
     print_table(every)
     if args.markdown:
         write_markdown(every, Path(args.markdown), _command(args), _device_name(args.device))
@@ -316,6 +347,58 @@ def screened(path: Path) -> dict[str, dict[str, Any]]:
 
     return {k: r for k, r in last_records(path).items()
             if r["outcome"] in FINAL and r.get("protocol") == PROTOCOL_VERSION}
+
+
+def from_sweep(path: Path) -> dict[str, dict[str, Any]]:
+    """Problem key -> a record made from a row of `bench/kernelbench_sweep.py`'s JSON: the verified
+    protocol screens every problem while preparing it (the trivial battery, determinism, the output at
+    other inputs), so the sweep's identity verdict says what the screen found, without the per-input
+    sensitivity test that only `kbv problems check` runs (so never `flagged` for an ignored input).
+    `no_custom_kernel` is sound (its screen flags, if any, kept), `unsound_problem` unsound, a refusal
+    too large for the device that made it; a row not judged yet is not run."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, dict[str, Any]] = {}
+    for row in data.get("rows", []) if isinstance(data, dict) else []:
+        if not isinstance(row, dict) or "problem" not in row:
+            continue
+        ver = row.get("verified") or {}
+        status, device = ver.get("status"), row.get("device", "")
+        record: dict[str, Any] = {"problem": row["problem"], "source": "sweep", "device": device,
+                                  "protocol": ver.get("protocol", ""), "flags": [], "notes": [],
+                                  "drawn": []}
+        if status == "no_custom_kernel":
+            flags = [str(f) for f in ver.get("flags") or []]
+            record.update(outcome="flagged" if flags else "sound", flags=flags,
+                          notes=[str(n) for n in ver.get("problem_notes") or []])
+        elif status == "unsound_problem":
+            record.update(outcome="unsound", flags=[str(ver.get("message", ""))[:300]])
+        elif row.get("outcome") == "refused":
+            record.update(outcome="too large", reason=f"{row.get('why', '')} ({device})"[:400])
+        else:
+            record.update(outcome="not run", reason=row.get("why") or f"verified {status or 'missing'}")
+        out[row["problem"]] = record
+    return out
+
+
+def merged(screens: dict[str, dict[str, Any]], sweep: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record a problem: a screen's final record under this protocol's rules (it ran the sensitivity
+    test too), else the sweep's where it says anything, else whatever the screen's file last said."""
+    from kbv.protocols.verified.rules import PROTOCOL_VERSION
+
+    out: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys([*screens, *sweep]):
+        screen, swept = screens.get(key), sweep.get(key)
+        final = screen is not None and screen["outcome"] in FINAL and screen.get("protocol") == PROTOCOL_VERSION
+        if final or swept is None or (swept["outcome"] == "not run" and screen is not None):
+            out[key] = screen if screen is not None else swept
+        else:
+            out[key] = swept
+        rec = out[key]
+        if rec.get("source") != "sweep" and rec["outcome"] in FINAL and rec.get("protocol") != PROTOCOL_VERSION:
+            # a verdict of older rules is no verdict of these: shown as not run, with what it said
+            out[key] = {**rec, "outcome": "not run", "flags": [],
+                        "reason": f"screened under {rec.get('protocol') or 'older rules'} only ({rec['outcome']})"}
+    return list(out.values())
 
 
 def last_records(path: Path) -> dict[str, dict[str, Any]]:

@@ -116,7 +116,9 @@ def row_of(problem: Any, verdicts: dict[str, Any], failures: dict[str, str], sou
         entry["stages_s"] = {k: round(float(s), 2) for k, s in (v.evidence.get("stages_s") or {}).items() if s}
         if protocol == "verified":
             prep = v.evidence.get("preparation") or {}
+            entry["protocol"] = v.protocol_version
             entry["flags"] = list(v.flags)
+            entry["problem_notes"] = [str(n)[:300] for n in v.evidence.get("problem_notes") or []][:8]
             entry["prepare_calls"] = prep.get("calls")
             entry["prepare_s"] = prep.get("seconds")
             entry["prepare_seconds_by_purpose"] = prep.get("seconds_by_purpose") or {}
