@@ -321,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _command(args: argparse.Namespace) -> str:
     """The command that regenerates the page, without this machine's paths."""
-    problems = args.problems if not os.path.isabs(args.problems) else "KERNELBENCH_DIR"
-    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py {problems} --device cuda "
+    return (f"PYTHONPATH=src python3 bench/kernelbench_soundness.py KERNELBENCH_DIR --device cuda "
             f"--workers {args.workers} --timeout {args.timeout:g} --out kb-soundness.jsonl "
             f"--markdown docs/kernelbench_soundness.md [--resume kb-soundness.jsonl]")
 
