@@ -292,6 +292,7 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, command: str, device:
              "figures. A `false flag` (under verified, the identity anything but `no_custom_kernel`, or "
              "unsound on a problem the screen calls sound; under standard, not `correct`) is a bug.", "",
              f"Made on {_made_on(rows, device)} with: `{command}`", "",
+             *_lanes_line(rows),
              f"{s['problems']} problems: " + ", ".join(f"{n} {o}" for o, n in s["outcomes"].items())
              + (f"; {remaining} not evaluated yet" if remaining else "")
              + (f". Verified identity ratio: median {s['verified_ratio_median']:.3f}, "
@@ -454,6 +455,17 @@ def _carried(path: str | None, keys: set[str]) -> list[dict[str, Any]]:
     if not path or not Path(path).is_file():
         return []
     return [r for r in json.loads(Path(path).read_text()).get("rows", []) if r.get("problem") not in keys]
+
+
+def _lanes_line(rows: list[dict[str, Any]]) -> list[str]:
+    """What the page says of rows judged beside other lanes (`--pairs-per-device`; none: nothing)."""
+    beside = [r for r in rows if (r.get("pairs_per_device") or 1) > 1]
+    if not beside:
+        return []
+    lanes = sorted({r["pairs_per_device"] for r in beside})
+    return [f"{len(beside)} rows were judged with {' or '.join(map(str, lanes))} pairs a device at once "
+            "(`--pairs-per-device`): their pairs prepared side by side, each timed window alone on the device "
+            "behind the gate.", ""]
 
 
 def _made_on(rows: list[dict[str, Any]], device: str) -> str:

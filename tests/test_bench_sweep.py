@@ -108,13 +108,14 @@ def test_each_chunk_evaluates_its_own_problems_and_the_json_holds_every_row(tmp_
 
 def test_two_lanes_judge_their_problems_side_by_side_and_the_rows_say_so(tmp_path: Path) -> None:
     tree = write_tree(tmp_path / "KernelBench", {"level1/19_ReLU.py": RELU_PROBLEM, "level2/1_Other.py": RELU_PROBLEM})
-    out = tmp_path / "sweep.json"
+    out, page = tmp_path / "sweep.json", tmp_path / "sweep.md"
     done = _sweep(str(tree), "--device", "cpu", "--work", str(tmp_path / "work"), "--timer-budget", "0.3",
-                  "--seed", "3", "--pairs-per-device", "2", "--out", str(out))
+                  "--seed", "3", "--pairs-per-device", "2", "--out", str(out), "--markdown", str(page))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [(r["problem"], r["outcome"]) for r in rows] == [("L1/19_ReLU", "judged"), ("L2/1_Other", "judged")]
     assert all(r["pairs_per_device"] == 2 for r in rows)  # a row judged beside another lane says so
+    assert "2 rows were judged with 2 pairs a device at once" in page.read_text()
 
 
 def test_no_chunk_starts_past_the_budget_and_a_resumed_sweep_goes_on(tmp_path: Path) -> None:
