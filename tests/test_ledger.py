@@ -152,6 +152,42 @@ def test_the_seconds_of_a_purpose_leave_out_those_of_the_purposes_inside_it():
     assert sum(s.values()) <= time.monotonic() - started + 0.001 * len(s)  # each rounded to 0.1 ms
 
 
+def test_work_a_purpose_queues_on_an_asynchronous_device_counts_as_its_own():
+    """On a GPU a call returns before its kernels have run, and whatever waits for them next (a
+    trial's comparison) used to get their seconds: an H100 sweep counted L1/68's float64 truth as 31 s
+    of trial and 1 s of truth. The ledger waits for the device as a purpose ends."""
+    queued = []  # seconds of device work queued and not yet done: a fake stream
+
+    def synchronize() -> None:
+        while queued:
+            time.sleep(queued.pop())
+
+    ledger = CallLedger(synchronize=synchronize)
+    with ledger.doing("trial", "default"):
+        with ledger.doing("truth", "default"):
+            queued.append(0.5)  # the float64 forward, launched: it returns at once
+        synchronize()  # the trial's comparison of outputs waits for it
+    s = ledger.summary()["seconds_by_purpose"]
+    assert s["truth"] >= 0.5 and s.get("trial", 0.0) < 0.2, s
+
+
+@pytest.mark.gpu
+def test_a_float64_truths_kernels_count_as_truth_on_the_gpu(tmp_path):
+    """The same on a real device: eight float64 GEMMs of 8192^3 a call (about 0.1 s on an H100) outlast
+    their launch, and a trial's own work (drawing inputs, comparing outputs), by far."""
+    deep = ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.fc = nn.Linear(8192, 8192)\n    def forward(self, x):\n        for _ in range(8):\n"
+            "            x = self.fc(x)\n        return x\n"
+            "def get_inputs():\n    return [torch.rand(8192, 8192)]\ndef get_init_inputs():\n    return []\n")
+    path = write_tree(tmp_path, {"level1/1_P.py": deep}) / "level1" / "1_P.py"
+    problem = load_problem_file(path)
+    plan = VerifiedPlan(Hold.ALL, 10, "device", 1 << 30, Need(0, 0))
+    prepared = prepare_trials(problem, VerifiedProtocol(), torch.device("cuda"), b"\x07" * 16, plan=plan,
+                              footprint=problem_footprint(problem))
+    s = prepared.ledger.summary()["seconds_by_purpose"]
+    assert s["truth"] > 2 * s.get("trial", 0.0), s
+
+
 @pytest.mark.parametrize("slow_move", [False, True])
 def test_truth_goes_to_host_memory_only_where_moving_it_costs_less_than_making_it_again(tmp_path, monkeypatch,
                                                                                         slow_move):

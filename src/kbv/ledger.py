@@ -15,7 +15,11 @@ the purpose it serves, the input distribution it ran on and the precision it ran
     standard      the standard protocol's reference outputs on KernelBench's seeds
 
 Beside the calls, the ledger keeps the seconds spent under each purpose, exclusive of the purposes
-nested inside (a truth call's seconds are truth's, not its trial's), and under two that make no call:
+nested inside (a truth call's seconds are truth's, not its trial's). On a GPU a call returns before its
+kernels have run, so the ledger waits for the device (`synchronize`) each time the purpose changes: the
+kernels a purpose queued count as its own, not as whatever waits on them next (an H100's sweep counted
+L1/68's float64 truth as 31 s of "trial" and 1 s of "truth"). It keeps them under two purposes that
+make no call:
 `hold` (a trial's truth moved to where its plan keeps it, the host's memory for a problem too large for
 the device) and `timing` (the timing pool and the baselines' children).
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +58,9 @@ class CallLedger:
     distribution: str = "-"
     step: str = ""  # what the heartbeat shows: "truth 6/10"
     seconds: Counter[str] = field(default_factory=Counter)  # by purpose, exclusive of nested purposes
+    # waits for the device's queued work (a GPU's): run before each switch of purpose, so that the
+    # seconds of asynchronous kernels go to the purpose that queued them (None: the work is synchronous)
+    synchronize: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # when the current purpose last took over
     _since: float = field(default_factory=time.monotonic, init=False, repr=False, compare=False)
 
@@ -75,7 +82,9 @@ class CallLedger:
             note(self.step)
 
     def _switch(self) -> None:
-        """The seconds since the last switch, to the purpose that had them."""
+        """The seconds since the last switch (its device work done), to the purpose that had them."""
+        if self.synchronize is not None:
+            self.synchronize()
         now = time.monotonic()
         self.seconds[self.purpose] += now - self._since
         self._since = now

@@ -284,6 +284,8 @@ def prepare_trials(problem: Problem, protocol: VerifiedProtocol, device: torch.d
     with problem_code(problem.origin, "get_init_inputs"):
         init_inputs = list(module.get_init_inputs())
     ledger = ledger if ledger is not None else CallLedger(problem=problem.origin)
+    if device.type == "cuda" and ledger.synchronize is None:  # a purpose's kernels count as its own
+        ledger.synchronize = torch.cuda.current_stream(device).synchronize  # the queue its calls go to
     reference = Reference(module, init_inputs, device, protocol.precision, problem.origin,
                           draw_constants=DRAW_CONSTANT_PARAMETERS, ledger=ledger,
                           ops=frozenset(footprint.ops) if footprint is not None else None)
