@@ -231,6 +231,9 @@ for s in "$@"; do
     agreement) step agreement "${AGREE_LIMIT:-300}" python3 bench/agreement.py .dev/cuda_l1/candidates \
         --problems .dev/cuda_l1/problems --kernelbench .dev/kb/src --only "${AGREE_ONLY:-L2/}" --limit "${AGREE_N:-24}" \
         --out "$OUT/agreement.json" ;;
+    # the demo from two fresh checkouts at once, each with its own cache (issue 37, step 6)
+    demo-pair) step demo-pair "${DEMO_PAIR_LIMIT:-420}" python3 bench/demo_pair.py --device cuda --work /tmp/kbv-demo-pair \
+        --timeout $(( ${DEMO_PAIR_LIMIT:-420} - 30 )) --out "$OUT/demo_pair.json" ;;
     serve-site) step serve-site 120 python3 -m pip install -q --no-index --find-links .dev/wheels \
       'fastapi>=0.110' 'uvicorn>=0.30' 'httpx>=0.27' ;;
     diag) step diag 300 python3 bench/sandbox_diag.py --device cuda ;;
