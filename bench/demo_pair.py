@@ -15,9 +15,11 @@ Prints a table, writes --out JSON, and exits 1 when a check fails (2 on bad usag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -56,7 +58,8 @@ def start(name: str, work: Path, args: argparse.Namespace) -> tuple[subprocess.P
                "--device", args.device, "--timer-budget", str(args.timer_budget), "--run", str(paths["run"]),
                "--cache-dir", str(paths["cache"])]
     log = paths["log"].open("wb")
-    proc = subprocess.Popen(command, cwd=paths["checkout"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(command, cwd=paths["checkout"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its children (builds, sandboxes) go with it on a timeout
     log.close()
     return proc, paths
 
@@ -95,7 +98,7 @@ def builds(cache: Path) -> list[str]:
 def check(name: str, verdicts: list[dict[str, Any]], paths: dict[str, Path], other: Path,
           exit_code: int | None, device: str) -> dict[str, Any]:
     """One run's figures and what failed. On a CPU the CUDA examples are `skipped` and left out; on a
-    GPU a skipped example is a failure."""
+    GPU a skipped honest example is a failure (a skipped hack counts as rejected: it did not pass)."""
     on_cpu = device == "cpu"
     skipped = [v for v in verdicts if v["status"] == "skipped"]
     verified = [v for v in verdicts if v["protocol"] == "verified" and not (on_cpu and v["status"] == "skipped")]
@@ -138,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             codes[name] = proc.wait(timeout=max(1.0, args.timeout - (time.monotonic() - t0)))
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             codes[name] = None
     wall = round(time.monotonic() - t0, 1)
     rows = []

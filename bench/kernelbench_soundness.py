@@ -114,6 +114,8 @@ def _level(path: Path) -> int | None:
 def run_all(files: list[Path], args: argparse.Namespace, kept: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Screen `files`; `kept` (an earlier run's records) are written to `--out` first, so that a run
     cut short loses nothing of them."""
+    from kbv.protocols.verified.rules import PROTOCOL_VERSION
+
     lock = threading.Lock()
     records: list[dict[str, Any]] = []
     out = open(args.out, "w", encoding="utf-8") if args.out else None
@@ -139,6 +141,7 @@ def run_all(files: list[Path], args: argparse.Namespace, kept: Sequence[dict[str
             except subprocess.TimeoutExpired:
                 rec = {"file": str(path), "outcome": "timed out", "reason": f"no answer within {args.timeout:.0f} s"}
         rec.setdefault("problem", f"L{_level(path)}/{path.stem}")
+        rec.setdefault("protocol", PROTOCOL_VERSION)  # a timeout or a crash of these rules, not of older ones
         with lock:
             records.append(rec)
             if out:
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_sweep:
         try:
             sweep = from_sweep(Path(args.from_sweep))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
             print(f"error: --from-sweep {args.from_sweep}: not a sweep's JSON ({exc})", file=sys.stderr)
             return 2
     if args.render_only:
@@ -348,23 +351,34 @@ def screened(path: Path) -> dict[str, dict[str, Any]]:
             if r["outcome"] in FINAL and r.get("protocol") == PROTOCOL_VERSION}
 
 
+# the protocol of sweep rows written before the sweep recorded it (2026-12-07): the sweep began after
+# kbv-verified-1.6, and 1.7 changed nothing of the screen, so they are 1.7's; a later protocol leaves them
+SWEEP_ROWS_BEFORE_THE_FIELD = "kbv-verified-1.7"
+SCREENED = ("sound", "flagged", "unsound")  # what a screen found: the outcomes that stand over a sweep's
+
+
 def from_sweep(path: Path) -> dict[str, dict[str, Any]]:
     """Problem key -> a record made from a row of `bench/kernelbench_sweep.py`'s JSON: the verified
     protocol screens every problem while preparing it (the trivial battery, determinism, the output at
     other inputs), so the sweep's identity verdict says what the screen found, without the per-input
     sensitivity test that only `kbv problems check` runs (so never `flagged` for an ignored input).
     `no_custom_kernel` is sound (its screen flags, if any, kept), `unsound_problem` unsound, a refusal
-    too large for the device that made it; a row not judged yet is not run."""
+    too large for the device that made it; a row not judged yet, or judged under other rules, is not
+    run. Raises ValueError on a file that is not a sweep's."""
+    from kbv.protocols.verified.rules import PROTOCOL_VERSION
+
     data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise ValueError("no list of rows")
     out: dict[str, dict[str, Any]] = {}
-    for row in data.get("rows", []) if isinstance(data, dict) else []:
-        if not isinstance(row, dict) or "problem" not in row:
-            continue
-        ver = row.get("verified") or {}
-        status, device = ver.get("status"), row.get("device", "")
+    for row in data["rows"]:
+        if not isinstance(row, dict) or not isinstance(row.get("problem"), str):
+            raise ValueError(f"a row that names no problem: {str(row)[:80]}")
+        ver = row.get("verified") if isinstance(row.get("verified"), dict) else {}
+        status, device = ver.get("status"), str(row.get("device") or "")
+        protocol = str(ver.get("protocol") or SWEEP_ROWS_BEFORE_THE_FIELD).split("+")[0]  # 1.7+tf32: the policy
         record: dict[str, Any] = {"problem": row["problem"], "source": "sweep", "device": device,
-                                  "protocol": ver.get("protocol", ""), "flags": [], "notes": [],
-                                  "drawn": []}
+                                  "protocol": protocol, "flags": [], "notes": [], "drawn": []}
         if status == "no_custom_kernel":
             flags = [str(f) for f in ver.get("flags") or []]
             record.update(outcome="flagged" if flags else "sound", flags=flags,
@@ -374,29 +388,36 @@ def from_sweep(path: Path) -> dict[str, dict[str, Any]]:
         elif row.get("outcome") == "refused":
             record.update(outcome="too large", reason=f"{row.get('why', '')} ({device})"[:400])
         else:
-            record.update(outcome="not run", reason=row.get("why") or f"verified {status or 'missing'}")
+            record.update(outcome="not run", reason=str(row.get("why") or f"verified {status or 'missing'}"))
+        if protocol != PROTOCOL_VERSION and record["outcome"] != "not run":
+            record.update(outcome="not run", flags=[], notes=[],
+                          reason=f"swept under {protocol} only ({record['outcome']})")
         out[row["problem"]] = record
     return out
 
 
 def merged(screens: dict[str, dict[str, Any]], sweep: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One record a problem: a screen's final record under this protocol's rules (it ran the sensitivity
-    test too), else the sweep's where it says anything, else whatever the screen's file last said."""
+    """One record a problem. A check's record of other rules (or of none: a record its parent wrote
+    before records named their rules) is no verdict of these: not run, saying what it was. Then what a
+    check under these rules screened (it ran the sensitivity test too), else what the sweep found, else
+    the check's other outcomes (too large, timed out, crashed), else why neither ran."""
     from kbv.protocols.verified.rules import PROTOCOL_VERSION
 
     out: dict[str, dict[str, Any]] = {}
     for key in dict.fromkeys([*screens, *sweep]):
-        screen, swept = screens.get(key), sweep.get(key)
-        final = screen is not None and screen["outcome"] in FINAL and screen.get("protocol") == PROTOCOL_VERSION
-        if final or swept is None or (swept["outcome"] == "not run" and screen is not None):
-            out[key] = screen if screen is not None else swept
-        else:
+        check, swept = screens.get(key), sweep.get(key)
+        if check is not None and check["outcome"] != "not run" and check.get("protocol") != PROTOCOL_VERSION:
+            check = {**check, "outcome": "not run", "flags": [], "notes": [],
+                     "reason": f"screened under {check.get('protocol') or 'older rules'} only ({check['outcome']})"}
+        if check is not None and check["outcome"] in SCREENED:
+            out[key] = check
+        elif swept is not None and swept["outcome"] != "not run":
             out[key] = swept
-        rec = out[key]
-        if rec.get("source") != "sweep" and rec["outcome"] in FINAL and rec.get("protocol") != PROTOCOL_VERSION:
-            # a verdict of older rules is no verdict of these: shown as not run, with what it said
-            out[key] = {**rec, "outcome": "not run", "flags": [],
-                        "reason": f"screened under {rec.get('protocol') or 'older rules'} only ({rec['outcome']})"}
+        elif check is not None and check["outcome"] != "not run":
+            out[key] = check
+        else:
+            reasons = [r["reason"] for r in (swept, check) if r is not None and r.get("reason")]
+            out[key] = {**(swept or check or {}), "outcome": "not run", "reason": "; ".join(reasons)}
     return list(out.values())
 
 

@@ -215,7 +215,8 @@ def run(args: argparse.Namespace, problems: list[Any],
     for f in report.problem_failures:
         if f.problem in wanted:
             failures.setdefault(f.problem, {})[f.protocol or "standard"] = f.message
-    return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device, **lanes} for p in problems]
+    return [{**row_of(p, verdicts.get(p.key, {}), failures.get(p.key, {}), sound), "device": device, **lanes}
+            for p in problems]
 
 
 def soundness(path: str | None) -> dict[str, str]:
@@ -377,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.chunk < 1:
         ap.error("--chunk must be at least 1")
+    from kbv.api import MAX_PAIRS_PER_DEVICE
+
+    if not 1 <= args.pairs_per_device <= MAX_PAIRS_PER_DEVICE:
+        ap.error(f"--pairs-per-device must be 1 to {MAX_PAIRS_PER_DEVICE}")
     if args.again and not args.only:
         ap.error("--again needs --only: it measures a selection again")
     from kbv.errors import KbvError
@@ -464,8 +469,8 @@ def _lanes_line(rows: list[dict[str, Any]]) -> list[str]:
         return []
     lanes = sorted({r["pairs_per_device"] for r in beside})
     return [f"{len(beside)} rows were judged with {' or '.join(map(str, lanes))} pairs a device at once "
-            "(`--pairs-per-device`): their pairs prepared side by side, each timed window alone on the device "
-            "behind the gate.", ""]
+            "(`--pairs-per-device`, as set by the sweep call that wrote the row): their pairs prepared side by "
+            "side, each timed window alone on the device behind the gate.", ""]
 
 
 def _made_on(rows: list[dict[str, Any]], device: str) -> str:

@@ -18,8 +18,9 @@ Beside the calls, the ledger keeps the seconds spent under each purpose, exclusi
 nested inside (a truth call's seconds are truth's, not its trial's). On a GPU a call returns before its
 kernels have run, so the ledger waits for the device (`synchronize`) each time the purpose changes: the
 kernels a purpose queued count as its own, not as whatever waits on them next (an H100's sweep counted
-L1/68's float64 truth as 31 s of "trial" and 1 s of "truth"). It keeps them under two purposes that
-make no call:
+L1/68's float64 truth as 31 s of "trial" and 1 s of "truth"). Several lanes of one process queue on
+one stream, so there a purpose's seconds also hold what another lane queued before it. The ledger
+also keeps seconds under two purposes that make no call:
 `hold` (a trial's truth moved to where its plan keeps it, the host's memory for a problem too large for
 the device) and `timing` (the timing pool and the baselines' children).
 
@@ -77,9 +78,11 @@ class CallLedger:
         try:
             yield
         finally:
-            self._switch()
-            self.purpose, self.distribution, self.step = saved
-            note(self.step)
+            try:
+                self._switch()  # may raise: a device error surfaces at the wait
+            finally:
+                self.purpose, self.distribution, self.step = saved
+                note(self.step)
 
     def _switch(self) -> None:
         """The seconds since the last switch (its device work done), to the purpose that had them."""
