@@ -27,12 +27,13 @@ MATMUL = ("import torch, torch.nn as nn\nclass Model(nn.Module):\n    def __init
           "        self.fc = nn.Linear(64, 32)\n    def forward(self, x):\n        return self.fc(x)\n" + INPUTS)
 
 
-def _prepare(tmp_path: Path, source: str, hold: Hold = Hold.ALL, ledger: CallLedger | None = None):
+def _prepare(tmp_path: Path, source: str, hold: Hold = Hold.ALL, ledger: CallLedger | None = None,
+             device: str = "cpu"):
     path = write_tree(tmp_path, {"level1/1_P.py": source}) / "level1" / "1_P.py"
     problem = load_problem_file(path)
     fp = problem_footprint(problem)
     plan = VerifiedPlan(hold, 10 if hold is not Hold.NONE else 0, "device", 1 << 30, Need(0, 0))
-    return prepare_trials(problem, VerifiedProtocol(), torch.device("cpu"), b"\x07" * 16, plan=plan, footprint=fp,
+    return prepare_trials(problem, VerifiedProtocol(), torch.device(device), b"\x07" * 16, plan=plan, footprint=fp,
                           ledger=ledger)
 
 
@@ -181,12 +182,7 @@ def test_a_float64_truths_kernels_count_as_truth_on_the_gpu(tmp_path):
             "        for _ in range(8):\n            x = torch.tanh(x @ w / 64)\n        return x\n"
             "def get_inputs():\n    return [torch.randn(4096, 4096), torch.randn(4096, 4096)]\n"
             "def get_init_inputs():\n    return []\n")
-    path = write_tree(tmp_path, {"level1/1_P.py": deep}) / "level1" / "1_P.py"
-    problem = load_problem_file(path)
-    plan = VerifiedPlan(Hold.ALL, 10, "device", 1 << 30, Need(0, 0))
-    prepared = prepare_trials(problem, VerifiedProtocol(), torch.device("cuda"), b"\x07" * 16, plan=plan,
-                              footprint=problem_footprint(problem))
-    summary = prepared.ledger.summary()
+    summary = _prepare(tmp_path, deep, device="cuda").ledger.summary()
     calls = summary["by_precision"]["float64"]
     x, w = (torch.randn(4096, 4096, device="cuda", dtype=torch.float64) for _ in range(2))
     torch.cuda.synchronize()
