@@ -157,20 +157,24 @@ def _full_suite() -> list[str]:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("key", _full_suite())
-def test_a_forwards_traced_peak_holds_what_the_device_allocates_for_it(key: str) -> None:
-    """Memory plans are made of the traced peak (`kbv.memory_plan`), so it must not fall short of what a
-    GPU really takes. The caching allocator's peak over a forward, beyond the inputs and weights (its
-    outputs, temporaries and the workspaces a library takes for the call), stays within the traced peak,
-    give or take 10% and 64 MiB; and the trace errs high by no more than 3x and that much. A first
-    forward, not measured, makes the libraries' handles and the workspaces a process keeps for good."""
+def test_a_forward_runs_on_the_device_within_its_traced_cuda_peak(key: str) -> None:
+    """Memory plans are made of the traced peak (`kbv.memory_plan`), so the device must run a forward
+    within it. With the caching allocator held to what it has reserved for the inputs and weights, the
+    traced CUDA peak (the reductions' staging buffers in it), 10% and 64 MiB, the forward runs: a buffer
+    the trace left out does not fit (L1/7's and L1/12's reductions took 181 and 730 MiB for forwards
+    traced at 1.4 and 4.2 MiB before the staging was counted), where cuDNN takes an algorithm whose
+    workspace fits, as it does wherever memory is short. Unheld, the device's peak over a forward shows
+    the trace errs high by no more than 3x and 64 MiB. A first forward, not measured, makes the
+    libraries' handles and the workspaces a process keeps for good."""
     from kbv.footprint import problem_footprint
     from kbv.problems import instantiate_problem, load_problems
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     (problem,) = [p for p in load_problems("full") if p.key == key]
-    fp = problem_footprint(problem)
-    assert fp is not None
+    traced = problem_footprint(problem)
+    assert traced is not None
+    fp = traced.on("cuda")
     module = instantiate_problem(problem)
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -180,15 +184,28 @@ def test_a_forwards_traced_peak_holds_what_the_device_allocates_for_it(key: str)
     with torch.no_grad():
         model(*inputs)
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     with torch.no_grad():
         outputs = model(*inputs)
     torch.cuda.synchronize()
     measured = torch.cuda.max_memory_allocated() - before
+    del outputs
+    torch.cuda.empty_cache()
     slack = 64 * MIB
-    assert measured <= 1.1 * fp.forward_bytes + slack, (
-        f"{key}: the device took {format_bytes(measured)} for a forward traced at {format_bytes(fp.forward_bytes)}")
+    held = torch.cuda.memory_reserved() + int(1.1 * fp.forward_bytes) + slack
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, held / total), device)
+    try:
+        with torch.no_grad():
+            model(*inputs)
+        torch.cuda.synchronize()
+    except torch.OutOfMemoryError:
+        pytest.fail(f"{key}: a forward traced at {format_bytes(fp.forward_bytes)} on CUDA did not run in "
+                    f"{format_bytes(held - before)} beyond its inputs and weights (unheld, it took {format_bytes(measured)})")
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.empty_cache()
     assert fp.forward_bytes <= 3 * measured + slack, (
         f"{key}: traced at {format_bytes(fp.forward_bytes)} for a forward the device ran in {format_bytes(measured)}")
-    del outputs

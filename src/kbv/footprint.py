@@ -4,7 +4,10 @@
 then runs the forward twice under a dispatch mode that follows every storage an operator makes
 (alive until its last tensor dies): once as written, once in float64 (the truth's precision). So a
 multi-GB problem's memory is known before a byte of it is spent, and `kbv.memory_plan` can fit it
-or refuse it with its figures.
+or refuse it with its figures. On CUDA a reduction also takes a staging buffer for the call where it
+splits its rows across CTAs (`kbv.cuda_reduce`): the trace adds it at the operator that takes it, to the
+CUDA figures (`Footprint.on`). A convolution's cuDNN workspace is not counted: PyTorch asks cuDNN for an
+algorithm whose workspace fits what the allocator has free, and moves on to another where one does not.
 
 A problem whose code needs real values to build or run (`.item()`, numpy, a device named outright)
 cannot be traced; `trace_footprint` returns None and the caller treats its size as unknown.
@@ -13,6 +16,7 @@ cannot be traced; `trace_footprint` returns None and the caller treats its size 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -23,6 +27,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kbv.cuda_reduce import (ACCUMULATOR_BYTES, UNHELD, Card, accumulator_bytes, current_card, reduced_dims,
+                             staging_bytes)
 from kbv.inputs import flatten_outputs, rng_isolated
 
 # aten operators whose float32 results TF32 changes (cuBLAS GEMMs and cuDNN convolutions): where a
@@ -57,6 +63,18 @@ class Footprint:
     float64_bytes: int
     tf32: bool
     ops: tuple[str, ...] = ()  # the aten operators the forward dispatches, in first-seen order
+    # the forward's peaks on CUDA, in its dtype and in float64: the reductions' staging buffers added
+    # where they are taken (None: as `forward_bytes` and `float64_bytes`)
+    cuda_forward_bytes: int | None = None
+    cuda_float64_bytes: int | None = None
+
+    def on(self, device_type: str) -> Footprint:
+        """The footprint as a `device_type` device runs it: on CUDA, its forwards' peaks with the
+        reductions' staging buffers (`kbv.cuda_reduce`); elsewhere as traced."""
+        if device_type != "cuda":
+            return self
+        return dataclasses.replace(self, forward_bytes=max(self.forward_bytes, self.cuda_forward_bytes or 0),
+                                   float64_bytes=max(self.float64_bytes, self.cuda_float64_bytes or 0))
 
     @property
     def truth_bytes(self) -> int:
@@ -85,10 +103,13 @@ class _Live(TorchDispatchMode):
     peak. The storages that died are let go before each operator runs, so the peak is what eager
     execution holds at once: an operator's inputs that the caller still keeps, and its results (a
     chain of six elementwise steps on a 2 GiB tensor holds two of them, not six). The inputs' and
-    weights' storages (`known`) are alive throughout and cost nothing here."""
+    weights' storages (`known`) are alive throughout and cost nothing here. At each reduction, what is
+    alive then and the staging buffers it would take on `card`, in its dtype and in float64 (`staged`)."""
 
-    def __init__(self, deadline: float, known: Sequence[torch.Tensor] = ()) -> None:
+    def __init__(self, deadline: float, known: Sequence[torch.Tensor] = (), card: Card = Card()) -> None:
         super().__init__()
+        self.card = card
+        self.staged: list[tuple[int, int, int]] = []
         self.known = {t.untyped_storage()._cdata for t in known}
         self.refs: dict[int, tuple[StorageWeakRef, int]] = {}  # the forward's own storages
         self.live = 0
@@ -110,6 +131,9 @@ class _Live(TorchDispatchMode):
                 self.refs[key] = (StorageWeakRef(storage), nbytes)
                 self.live += nbytes
         self.peak = max(self.peak, self.live)
+        staging = _staging(func, args, kwargs or {}, self.card)
+        if staging is not None:
+            self.staged.append((self.live, *staging))
         self.calls += 1
         if self.calls % 64 == 0 and time.monotonic() > self.deadline:
             raise _TooLong()
@@ -118,6 +142,26 @@ class _Live(TorchDispatchMode):
     def _prune(self) -> None:
         for k in [k for k, (ref, _) in self.refs.items() if ref.expired()]:
             self.live -= self.refs.pop(k)[1]
+
+
+# where a reduction's `dim` sits among its positional arguments (1 for the rest: sum, mean, amax, max, ...)
+_DIM_AT = {"norm": 2, "linalg_vector_norm": 2}
+
+
+def _staging(func: Any, args: Sequence[Any], kwargs: dict[str, Any], card: Card) -> tuple[int, int] | None:
+    """The staging buffers (its dtype, float64) a CUDA reduction `func` takes on `args`; None where it
+    is not one (`torch.max(a, b)` is elementwise)."""
+    name = func.overloadpacket.__name__
+    if name not in ACCUMULATOR_BYTES or not args or not isinstance(args[0], torch.Tensor):
+        return None
+    x, at = args[0], _DIM_AT.get(name, 1)
+    dim = kwargs.get("dim", args[at] if len(args) > at else None)
+    if isinstance(dim, torch.Tensor) or not (dim is None or isinstance(dim, (int, list, tuple))):
+        return None
+    dims = reduced_dims(x.shape, dim)
+    held = name not in UNHELD  # a value and its index: one more buffer where the input is cut in pieces
+    return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide), card, held)
+                 for size, wide in ((x.element_size(), False), (8, True)))  # type: ignore[return-value]
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -141,13 +185,14 @@ def _float64(values: Sequence[Any]) -> list[Any]:
     return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
 
 
-def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float) -> tuple[int, list[torch.Tensor], list[str]]:
-    """(the forward's own peak bytes, its outputs, its operators), traced. The inputs' and weights'
-    storages are known from the start: a view of one (a weight transposed for a GEMM) costs nothing."""
-    mode = _Live(deadline, [*_tensors(list(inputs)), *_weights(model)])
+def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float) -> tuple[_Live, list[torch.Tensor]]:
+    """The traced forward (its peak, operators and reductions' staging) and its outputs. The inputs'
+    and weights' storages are known from the start: a view of one (a weight transposed for a GEMM)
+    costs nothing."""
+    mode = _Live(deadline, [*_tensors(list(inputs)), *_weights(model)], current_card())
     with torch.no_grad(), mode:
         outputs = flatten_outputs(model(*inputs))
-    return mode.peak, outputs, list(mode.ops)
+    return mode, outputs
 
 
 TRACE_BUDGET_S = 10.0  # a trace that takes longer (an RNN, step by step) leaves the size unknown
@@ -170,15 +215,19 @@ def trace_footprint(module: types.ModuleType, budget_s: float = TRACE_BUDGET_S) 
             weights = _weights(model)
             if any(w.device.type != "meta" for w in weights):
                 return None
-            peak, outputs, ops = _forward_peak(model, inputs, time.monotonic() + budget_s)
+            mode, outputs = _forward_peak(model, inputs, time.monotonic() + budget_s)
     except Exception:  # noqa: BLE001 - whatever stops a meta trace (or its budget) only means "unknown"
         return None
     scale = _float64_scale([*inputs, *weights, *outputs])
+    peak, ops = mode.peak, list(mode.ops)
+    cuda_peak = max([peak] + [live + staging for live, staging, _ in mode.staged])
+    cuda_peak64 = max([int(peak * scale)] + [int(live * scale) + staging for live, _, staging in mode.staged])
     return Footprint(input_bytes=tensor_bytes_of(inputs), weight_bytes=tensor_bytes_of(weights),
                      output_bytes=tensor_bytes_of(outputs), forward_bytes=peak,
                      float64_inputs_bytes=_float64_bytes(inputs), float64_weights_bytes=_float64_bytes(weights),
                      float64_output_bytes=_float64_bytes(outputs, keep_others=True), float64_bytes=int(peak * scale),
-                     tf32=any(op in TF32_OPS for op in ops), ops=tuple(ops))
+                     tf32=any(op in TF32_OPS for op in ops), ops=tuple(ops), cuda_forward_bytes=cuda_peak,
+                     cuda_float64_bytes=cuda_peak64)
 
 
 def _float64_bytes(values: Sequence[Any], keep_others: bool = False) -> int:
@@ -247,4 +296,6 @@ def footprint_record(fp: Footprint) -> dict[str, Any]:
     """The footprint's figures for a verdict's evidence (bytes; JSON-safe)."""
     return {"input_bytes": fp.input_bytes, "weight_bytes": fp.weight_bytes, "output_bytes": fp.output_bytes,
             "forward_bytes": fp.forward_bytes, "truth_bytes": fp.truth_bytes, "truth_call_bytes": fp.truth_call_bytes,
-            "tf32_ops": fp.tf32}
+            "tf32_ops": fp.tf32,
+            **({"cuda_forward_bytes": fp.cuda_forward_bytes}
+               if fp.cuda_forward_bytes is not None and fp.cuda_forward_bytes > fp.forward_bytes else {})}

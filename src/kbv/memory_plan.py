@@ -192,6 +192,7 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
       the ghost replay's truth, a reference call;
     - timing: the candidate's forward, the rechecks' reference calls and comparisons;
     - the replay probe, a probe at a time: two fresh sets in transfer and cloned."""
+    fp = fp.on("cuda" if on_cuda else "cpu")  # a CUDA forward's reductions stage their partial results
     per_trial = {Hold.ALL: fp.input_bytes + fp.weight_bytes + fp.truth_bytes + fp.output_bytes,
                  Hold.TRUTH: fp.truth_bytes, Hold.NONE: 0}[hold]
     kept = held * per_trial
@@ -256,6 +257,7 @@ def standard_need(fp: Footprint, held: int, home: str, on_cuda: bool) -> Need:
     trial (made again where not held: its forward's peak), its reference, the output taken back and
     the comparison's chunks, beside the candidate's child and the baseline's, which is timed beside
     every candidate (each the model, the inputs, its forward)."""
+    fp = fp.on("cuda" if on_cuda else "cpu")
     kept = held * (fp.input_bytes + fp.output_bytes)
     base = fp.weight_bytes + fp.input_bytes  # the model, the timing inputs
     making = fp.input_bytes + fp.forward_bytes

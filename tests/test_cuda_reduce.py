@@ -1,0 +1,74 @@
+"""The staging buffer a CUDA reduction takes where it splits its rows across CTAs (kbv.cuda_reduce),
+worked out on the meta device and counted in the CUDA figures of a problem's footprint."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kbv.cuda_reduce import Card, reduced_dims, staging_bytes
+from kbv.footprint import problem_footprint
+from kbv.memory_plan import Hold, standard_need, verified_need
+from kbv.problems import load_problems
+
+MIB = 1 << 20
+# the bundled L1/7 and L1/12: 128 x 4096 x 2880 float32, reduced over the middle dimension
+SHAPE, STRIDES = (128, 4096, 2880), (4096 * 2880, 2880, 1)
+
+
+def _problem(key: str):  # noqa: ANN202 - a kbv.problems.Problem
+    (problem,) = [p for p in load_problems("full") if p.key == key]
+    return problem
+
+
+@pytest.mark.parametrize(("key", "device_peak_mib"), [("L1/7_SumReduction", 181), ("L1/12_MaxReduction", 730)])
+def test_a_reductions_cuda_peak_is_what_an_h100_took_for_it(key: str, device_peak_mib: int) -> None:
+    """An H100 took 181 MiB (sum) and 730 MiB (max with its indices) for these forwards, whose own
+    tensors are 1.4 and 4.2 MiB (docs/gpu/2026-12-07-d): the trace's CUDA figure holds it, to 1%, and
+    a CPU, which stages nothing, keeps the traced figure."""
+    fp = problem_footprint(_problem(key))
+    assert fp is not None
+    assert fp.forward_bytes < 5 * MIB
+    assert abs(fp.on("cuda").forward_bytes - device_peak_mib * MIB) <= 0.01 * device_peak_mib * MIB
+    assert fp.on("cpu") == fp
+    assert fp.on("cuda").float64_bytes > fp.float64_bytes  # the float64 truth's reduction stages too
+
+
+def test_a_reduction_that_fills_the_card_with_its_outputs_stages_nothing() -> None:
+    """KernelBench's L1/47 (an odd innermost extent, 4 pieces of 32 rows): 4095 CTAs of outputs already
+    fill an H100, so no row is split across CTAs; nor is one over the innermost dimension of a tall
+    matrix, nor a short row."""
+    assert staging_bytes((128, 4096, 4095), (4096 * 4095, 4095, 1), 4, (1,), 4) == 0
+    assert staging_bytes(SHAPE, STRIDES, 4, (2,), 4) == 0
+    assert staging_bytes((16, 4096), (4096, 1), 4, (1,), 4) == 0
+
+
+def test_a_split_grows_with_the_card_and_an_unheld_accumulator_crosses_the_pieces() -> None:
+    """Few long rows split across more CTAs on a card with more SMs; a value and its index, which the
+    output cannot hold, take one more buffer of the whole output where the input is cut in pieces."""
+    rows = ((16, 1 << 20), (1 << 20, 1), 4, (1,), 4)
+    assert 0 < staging_bytes(*rows, card=Card(66, 2048)) < staging_bytes(*rows, card=Card(132, 2048))
+    summed = staging_bytes(SHAPE, STRIDES, 4, (1,), 16)
+    assert staging_bytes(SHAPE, STRIDES, 4, (1,), 16, outputs_fit_acc=False) == summed + 16 * 128 * 2880
+
+
+def test_dims_read_as_torch_reads_them() -> None:
+    assert reduced_dims((2, 3, 4), None) == (0, 1, 2)
+    assert reduced_dims((2, 3, 4), []) == (0, 1, 2)
+    assert reduced_dims((2, 3, 4), -1) == (2,)
+    assert reduced_dims((2, 3, 4), [2, 0]) == (0, 2)
+
+
+def test_a_plan_on_cuda_holds_the_staging_and_one_on_a_cpu_does_not() -> None:
+    fp = problem_footprint(_problem("L1/12_MaxReduction"))
+    assert fp is not None
+    unstaged = dataclasses.replace(fp, cuda_forward_bytes=None, cuda_float64_bytes=None)
+    staging = fp.on("cuda").forward_bytes - fp.forward_bytes
+    assert staging > 700 * MIB
+    for hold, held in ((Hold.ALL, 10), (Hold.TRUTH, 3)):
+        need = verified_need(fp, hold, held, "device", 2, on_cuda=True)
+        assert need.device - verified_need(unstaged, hold, held, "device", 2, on_cuda=True).device >= staging
+        assert verified_need(fp, hold, held, "device", 2, on_cuda=False) == \
+            verified_need(unstaged, hold, held, "device", 2, on_cuda=False)
+    assert standard_need(fp, 5, "device", True).device - standard_need(unstaged, 5, "device", True).device >= staging
