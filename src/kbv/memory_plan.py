@@ -175,7 +175,7 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
     hidden trials keeping `hold`, with a timing pool of `pool_sets` input sets timed against
     `baselines` baseline children. Throughout: the held trials (on the host where `truth_home` is
     "host", a GPU), the parent's pool where it holds one, and the pool entries' truth the rechecks
-    keep. Beside that, the peak of the phases:
+    keep, and the reference's last build, kept for its seed's next. Beside that, the peak of the phases:
 
     - a reference call in the parent (a trial made, a remade one, a probe's or a recheck's truth): the
       model and inputs in fp32 and in float64 with the float64 forward's peak; then the truth beside
@@ -219,7 +219,8 @@ def verified_need(fp: Footprint, hold: Hold, held: int, truth_home: str, pool_se
         "replay": timed + pool + forward + 4 * inputs,
     }
     rechecked = (pool_sets if hold is Hold.ALL else 1) * fp.truth_bytes
-    device = (pool if pool_held else 0) + rechecked + max(phases.values())
+    # the reference's last build, kept for its seed's next build (`kbv.reference.Reference.build`)
+    device = (pool if pool_held else 0) + rechecked + fp.weight_bytes + max(phases.values())
     if truth_home == "host" and on_cuda:
         return Need(device, kept)
     return _split(device + kept, 0, on_cuda)

@@ -261,6 +261,7 @@ class PreparedProblem:
         """Close the baseline children and drop every tensor now, whoever still holds the record."""
         self.stack.close()
         self._truth_memo.clear()
+        self.reference.release_builds()
         self.pool.clear()
         for t in self.trials:
             t.keep = False
