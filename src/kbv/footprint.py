@@ -158,10 +158,13 @@ def _staging(func: Any, args: Sequence[Any], kwargs: dict[str, Any], card: Card)
     dim = kwargs.get("dim", args[at] if len(args) > at else None)
     if isinstance(dim, torch.Tensor) or not (dim is None or isinstance(dim, (int, list, tuple))):
         return None
-    dims = reduced_dims(x.shape, dim)
     held = name not in UNHELD  # a value and its index: one more buffer where the input is cut in pieces
-    return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide), card, held)
-                 for size, wide in ((x.element_size(), False), (8, True)))  # type: ignore[return-value]
+    try:
+        dims = reduced_dims(x.shape, dim)
+        return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide), card, held)
+                     for size, wide in ((x.element_size(), False), (8, True)))  # type: ignore[return-value]
+    except (TypeError, ValueError, IndexError, ZeroDivisionError):  # arguments of a form not foreseen: none counted
+        return None
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
