@@ -2,12 +2,15 @@
 process, builds cached after a first warm-up run. `--compare` picks the two ways:
 - `spares`: spare reference children (`kbv.executors.local.SPARES`) against none;
 - `findings`: the calibration and soundness findings kept from the run before (the same secret,
-  `--seed`; `kbv.protocols.verified.findings`) against an emptied findings cache (verified only).
+  `--seed`; `kbv.protocols.verified.findings`) against an emptied findings cache (verified only);
+- `builds`: the reference's last build kept for its seed's next (`kbv.reference.Reference.build`)
+  against every build made from the problem's own code (verified only).
 Per run: wall seconds, the `prepare` stage's seconds per prepared problem, and the statuses (which must
 not change). Prints a table; writes JSON.
 
     PYTHONPATH=src python3 bench/prepare.py --device cpu --rounds 2
     PYTHONPATH=src python3 bench/prepare.py --device cpu --compare findings --protocol verified
+    PYTHONPATH=src python3 bench/prepare.py --device cuda --problems full --compare builds --protocol verified
     PYTHONPATH=src python3 bench/prepare.py --device cuda --problems full --protocol both --out spares.json
 """
 
@@ -33,13 +36,14 @@ def main() -> int:
     ap.add_argument("--protocol", default="standard")
     ap.add_argument("--rounds", type=int, default=2, help="runs each way, alternating (after one warm-up run)")
     ap.add_argument("--timer-budget", type=float, default=1.0)
-    ap.add_argument("--compare", default="spares", choices=("spares", "findings"))
+    ap.add_argument("--compare", default="spares", choices=("spares", "findings", "builds"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    if args.compare == "findings" and args.protocol == "standard":
-        ap.error("--compare findings needs --protocol verified or both: the standard protocol keeps no findings")
+    if args.compare in ("findings", "builds") and args.protocol == "standard":
+        ap.error(f"--compare {args.compare} needs --protocol verified or both: the standard protocol has neither")
 
     import kbv.executors.local as local
+    from kbv.reference import Reference
     from kbv.api import EvalConfig, evaluate
 
     work = Path(tempfile.mkdtemp(prefix="kbv-prepare-"))
@@ -50,12 +54,15 @@ def main() -> int:
             continue  # skipped on a CPU: no pair to prepare
         shutil.copy(f, cands / f.name)
     runs: list[dict[str, Any]] = []
-    ways = {"spares": (f"spares={local.SPARES}", "spares=0"), "findings": ("kept", "cleared")}[args.compare]
+    ways = {"spares": (f"spares={local.SPARES}", "spares=0"), "findings": ("kept", "cleared"),
+            "builds": ("copied", "rebuilt")}[args.compare]
+    keeping = Reference.build
     order = [ways[0]] + [w for _ in range(args.rounds) for w in (ways[1], ways[0])]
     default_spares = local.SPARES
     for i, way in enumerate(order):
         local.SPARES = 0 if way == "spares=0" else default_spares
-        if way == "cleared":
+        Reference.build = Reference._build if way == "rebuilt" else keeping  # type: ignore[method-assign]
+        if way == "cleared" or args.compare == "builds":  # builds: each run prepares as a first run does
             shutil.rmtree(work / "cache" / "findings", ignore_errors=True)
         t0 = time.monotonic()
         result = evaluate(EvalConfig(candidates=str(cands), problems=args.problems, protocol=args.protocol,
