@@ -42,11 +42,11 @@ def _restore_torch_flags() -> Iterator[None]:
     """Every test leaves torch's global numerics flags (TF32, cuDNN, determinism) as it found them."""
     import torch
 
-    from kbv.precision import precision_policy
+    from kbv.precision import flags_restored
 
     cudnn = torch.backends.cudnn
     saved = (cudnn.benchmark, cudnn.deterministic, torch.are_deterministic_algorithms_enabled())
-    with precision_policy("default"):  # saves the TF32 flags now, restores them afterwards
+    with flags_restored():  # the TF32 flags saved now, restored afterwards (lanes' threads still set theirs)
         yield
     cudnn.benchmark, cudnn.deterministic = saved[:2]
     torch.use_deterministic_algorithms(saved[2])

@@ -13,6 +13,7 @@ write through the new API).
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -56,11 +57,28 @@ def apply_policy(policy: str) -> None:
                     obj.fp32_precision = "tf32" if tf32 else "ieee"
 
 
+# The flags are the process's, not a thread's: lanes of one process (`--pairs-per-device`) that set them
+# at once read each other's, and restore each other's (an H100's sweep of KernelBench's L2/22 ran the
+# standard protocol's reference in TF32 beside a verified lane's baseline, and failed its identity
+# candidate 0/5 at 1.56). One block at a time, in a process: outside every block the flags are the
+# process's own, so `default` ("as they are") never means another lane's.
+_FLAGS = threading.RLock()
+
+
 @contextlib.contextmanager
 def precision_policy(policy: str) -> Iterator[None]:
-    """Run a block under `policy`, restoring every flag afterwards."""
+    """Run a block under `policy`, restoring every flag afterwards; no other thread's block runs
+    meanwhile (a block holds no lock but this one, and waits for nothing else: no gate, no room)."""
+    with _FLAGS, flags_restored():
+        apply_policy(policy)
+        yield
+
+
+@contextlib.contextmanager
+def flags_restored() -> Iterator[None]:
+    """Every precision flag as it was when the block began, once it ends; other threads are not kept
+    out (a test's guard around its whole body, whose lanes set flags in blocks of their own)."""
     saved = _raw_state()
-    apply_policy(policy)
     try:
         yield
     finally:

@@ -39,6 +39,7 @@ from kbv.footprint import problem_footprint
 from kbv.memory_plan import StandardPlan, available_memory, claim_plan, plan_standard, planning
 from kbv.inputs import flatten_outputs, kernelbench_trial_seeds, rng_isolated, set_seed, tensor_bytes, to_device
 from kbv.placement import group_stopped
+from kbv.precision import precision_policy
 from kbv.problems import Problem, instantiate_problem, problem_code
 from kbv.protocols import blank_verdict, fingerprint
 from kbv.sandbox import ChildFailure, Sandbox
@@ -244,7 +245,8 @@ def _make_trial(module: Any, model: Any, seed: int, device: torch.device,
     with rng_isolated(), torch.no_grad(), problem_code(origin, "under KernelBench's seeds"):
         set_seed(seed)
         inputs = to_device(module.get_inputs(), device)
-        return inputs, [r.detach().clone() for r in flatten_outputs(model(*inputs))]
+        with precision_policy("default"):  # the process's own flags, never another lane's TF32
+            return inputs, [r.detach().clone() for r in flatten_outputs(model(*inputs))]
 
 
 class StandardRunner:
