@@ -17,7 +17,7 @@ def _tf32_matmul() -> bool:
 def test_a_lane_under_default_never_computes_under_another_lanes_tf32() -> None:
     """Two lanes of one process: one in a TF32 block (a verified baseline), the other computing the
     standard protocol's reference under the process's own flags. The second waits for the first's
-    block to end; it never reads TF32 (an H100's sweep failed KernelBench's L2/22 identity 0/5 so)."""
+    block to end; it never reads TF32."""
     before = snapshot_flags()
     inside, seen, done = threading.Event(), [], threading.Event()
 

@@ -4,6 +4,7 @@ protocol's hidden distributions live in `kbv.distributions`."""
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -17,11 +18,19 @@ def set_seed(seed: int) -> None:
         torch.cuda.manual_seed(seed)
 
 
+# The global generators are the process's, not a thread's: a lane that seeds them while another lane
+# draws from them changes the other's draws. An H100's sweep with two lanes failed KernelBench's L2/22
+# identity 0/5 under the standard protocol, by 1.56 (1.6% of its outputs): what two draws of its
+# 8192 x 8192 weights give, far past TF32's error. One seeded block at a time, in a process.
+_RNG = threading.RLock()
+
+
 @contextlib.contextmanager
 def rng_isolated() -> Iterator[None]:
-    """Restore the global RNG state afterwards (seeding for a problem must not leak)."""
+    """Restore the global RNG state afterwards (seeding for a problem must not leak), and keep every
+    other thread's seeded block out meanwhile (a block waits for nothing else: no gate, no room)."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
+    with _RNG, torch.random.fork_rng(devices=devices):
         yield
 
 

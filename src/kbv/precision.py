@@ -58,10 +58,10 @@ def apply_policy(policy: str) -> None:
 
 
 # The flags are the process's, not a thread's: lanes of one process (`--pairs-per-device`) that set them
-# at once read each other's, and restore each other's (an H100's sweep of KernelBench's L2/22 ran the
-# standard protocol's reference in TF32 beside a verified lane's baseline, and failed its identity
-# candidate 0/5 at 1.56). One block at a time, in a process: outside every block the flags are the
-# process's own, so `default` ("as they are") never means another lane's.
+# at once read each other's (the standard protocol's reference computed in a verified lane's TF32), and
+# restore each other's (two blocks ended crosswise leave the process in TF32 for good). One block at a
+# time, in a process: outside every block the flags are the process's own, so `default` ("as they
+# are") never means another lane's.
 _FLAGS = threading.RLock()
 
 
