@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kbv.footprint import format_bytes, trace_footprint
+from verdict_log import log_figures
 
 MIB = 1 << 20
 
@@ -194,16 +195,23 @@ def test_a_forward_runs_on_the_device_within_its_traced_cuda_peak(key: str) -> N
     del outputs
     torch.cuda.empty_cache()
     slack = 64 * MIB
-    held = torch.cuda.memory_reserved() + int(1.1 * fp.forward_bytes) + slack
+    reserved = torch.cuda.memory_reserved()
+    held = reserved + int(1.1 * fp.forward_bytes) + slack
     total = torch.cuda.get_device_properties(device).total_memory
+    figures = {"traced": fp.forward_bytes, "traced_without_staging": traced.forward_bytes, "measured": measured,
+               "allocated_before": before, "reserved": reserved, "held": held, "total": total}
+    log_figures(f"footprint {key}", **figures)
     torch.cuda.set_per_process_memory_fraction(min(1.0, held / total), device)
     try:
         with torch.no_grad():
             model(*inputs)
         torch.cuda.synchronize()
-    except torch.OutOfMemoryError:
+    except torch.OutOfMemoryError as exc:
+        log_figures(f"footprint {key} held", outcome=str(exc)[:600], peak=torch.cuda.max_memory_allocated(),
+                    reserved_now=torch.cuda.memory_reserved())
         pytest.fail(f"{key}: a forward traced at {format_bytes(fp.forward_bytes)} on CUDA did not run in "
-                    f"{format_bytes(held - before)} beyond its inputs and weights (unheld, it took {format_bytes(measured)})")
+                    f"{format_bytes(held - before)} beyond its inputs and weights (unheld, it took {format_bytes(measured)}): "
+                    f"{str(exc)[:300]}")
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, device)
         torch.cuda.empty_cache()

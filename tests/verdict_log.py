@@ -55,3 +55,12 @@ def run_log(name: str) -> dict[str, Any]:
 
     line("started")
     return {"progress": progress, "watch": watch}
+
+
+def log_figures(name: str, **figures: Any) -> None:
+    """One line of a GPU test's figures in KBV_RUN_LOG (nothing where it is unset), written as the test
+    goes: a test that a step's limit ends before pytest reports still leaves what it measured."""
+    path = os.environ.get("KBV_RUN_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {name}: {json.dumps(figures, default=str)}\n")
