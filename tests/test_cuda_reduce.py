@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from kbv.cuda_reduce import Card, reduced_dims, staging_bytes
+from kbv.cuda_reduce import Card, accumulator_bytes, output_holds_accumulator, reduced_dims, staging_bytes
 from kbv.footprint import problem_footprint
 from kbv.memory_plan import Hold, standard_need, verified_need
 from kbv.problems import load_problems
@@ -51,6 +51,18 @@ def test_a_split_grows_with_the_card_and_an_unheld_accumulator_crosses_the_piece
     assert 0 < staging_bytes(*rows, card=Card(66, 2048)) < staging_bytes(*rows, card=Card(132, 2048))
     summed = staging_bytes(SHAPE, STRIDES, 4, (1,), 16)
     assert staging_bytes(SHAPE, STRIDES, 4, (1,), 16, outputs_fit_acc=False) == summed + 16 * 128 * 2880
+
+
+def test_an_accumulator_is_as_wide_as_the_inputs_dtype_makes_it() -> None:
+    """An integer sum accumulates in int64; a float16 sum in float32, which its output cannot hold: where
+    the input is cut in 32-bit pieces, the partial sums cross them in a buffer of their own."""
+    assert accumulator_bytes("sum", float64=False, integer=True) == 8
+    assert accumulator_bytes("amax", float64=False, integer=True) == 4
+    assert output_holds_accumulator("sum", 4, True) and not output_holds_accumulator("sum", 2, True)
+    assert not output_holds_accumulator("max", 4, True)
+    half = (2048, 1 << 20)  # 4 GiB of float16 offsets: two pieces at least
+    held = staging_bytes(half, (1 << 20, 1), 2, (0,), 4, outputs_fit_acc=True)
+    assert staging_bytes(half, (1 << 20, 1), 2, (0,), 4, outputs_fit_acc=False) == held + 4 * (1 << 20)
 
 
 def test_dims_read_as_torch_reads_them() -> None:

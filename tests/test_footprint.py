@@ -217,3 +217,14 @@ def test_a_forward_runs_on_the_device_within_its_traced_cuda_peak(key: str) -> N
         torch.cuda.empty_cache()
     assert fp.forward_bytes <= 3 * measured + slack, (
         f"{key}: traced at {format_bytes(fp.forward_bytes)} for a forward the device ran in {format_bytes(measured)}")
+
+
+def test_logsumexp_holds_its_shifted_exponential_as_large_as_its_input():
+    """`torch.logsumexp` is one operator to the dispatcher, and inside it exponentiates its input less
+    the maxima before it sums: a temporary as large as the input that its result does not show
+    (KernelBench's L2 problems end in LogSumExp after a 1024 x 8192 GEMM)."""
+    lse = GELU.replace("return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))",
+                       "return torch.logsumexp(x, dim=1, keepdim=True)")
+    fp = trace_footprint(_module(lse))
+    assert fp is not None and "logsumexp" in fp.ops
+    assert fp.forward_bytes == fp.input_bytes + fp.output_bytes

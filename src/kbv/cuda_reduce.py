@@ -47,6 +47,7 @@ ACCUMULATOR_BYTES = {
     "sum": 4, "nansum": 4, "mean": 4, "prod": 4, "amax": 4, "amin": 4, "norm": 4, "linalg_vector_norm": 4,
     "max": 16, "min": 16, "argmax": 16, "argmin": 16, "aminmax": 8,
     "var": 16, "std": 16, "var_mean": 16, "std_mean": 16,
+    "logsumexp": 4,  # one opaque operator to a trace: an amax, then a sum, one at a time
 }
 _FLOAT64_ACCUMULATOR_BYTES = {4: 8, 8: 16, 16: 16}  # a double, a pair of them, a double and its index
 _WELFORD = frozenset({"var", "std", "var_mean", "std_mean"})
@@ -55,17 +56,31 @@ _WELFORD = frozenset({"var", "std", "var_mean", "std_mean"})
 UNHELD = frozenset({"max", "min", "argmax", "argmin", "aminmax"}) | _WELFORD
 
 
-def accumulator_bytes(op: str, float64: bool) -> int:
-    """The accumulator's bytes for `op` (a name of ACCUMULATOR_BYTES) in float32 or float64 math."""
+_INTEGER_SUMS = frozenset({"sum", "nansum", "prod"})  # an integer or bool input sums in int64
+
+
+def accumulator_bytes(op: str, float64: bool, integer: bool = False) -> int:
+    """The accumulator's bytes for `op` (a name of ACCUMULATOR_BYTES) in float32 or float64 math, or
+    on an `integer` input."""
     acc = ACCUMULATOR_BYTES[op]
+    if integer and op in _INTEGER_SUMS:
+        return 8
     if not float64:
         return acc
     return 32 if op in _WELFORD else _FLOAT64_ACCUMULATOR_BYTES[acc]
 
 
+def output_holds_accumulator(op: str, dtype_bytes: int, floating: bool) -> bool:
+    """Whether the output's dtype holds the accumulator (else partial results cross the 32-bit pieces
+    in a buffer of their own): not a value and its index, Welford's state or a pair, nor a float16 or
+    bfloat16 sum, which accumulates in float32."""
+    return op not in UNHELD and not (floating and dtype_bytes == 2)
+
+
 def current_card() -> Card:
-    """The current CUDA device's figures where CUDA has started in this process (a trace never starts
-    it), else an H100's and an H200's."""
+    """The current CUDA device's figures where CUDA has started in this process, else an H100's and an
+    H200's (a footprint is traced once a process and problem: with cards of several kinds, the first
+    lane's card counts for all)."""
     import torch
 
     if not torch.cuda.is_initialized():

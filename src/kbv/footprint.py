@@ -27,8 +27,8 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbv.cuda_reduce import (ACCUMULATOR_BYTES, UNHELD, Card, accumulator_bytes, current_card, reduced_dims,
-                             staging_bytes)
+from kbv.cuda_reduce import (ACCUMULATOR_BYTES, Card, accumulator_bytes, current_card, output_holds_accumulator,
+                             reduced_dims, staging_bytes)
 from kbv.inputs import flatten_outputs, rng_isolated
 
 # aten operators whose float32 results TF32 changes (cuBLAS GEMMs and cuDNN convolutions): where a
@@ -131,9 +131,12 @@ class _Live(TorchDispatchMode):
                 self.refs[key] = (StorageWeakRef(storage), nbytes)
                 self.live += nbytes
         self.peak = max(self.peak, self.live)
+        temporary = _temporary_bytes(func, args)
+        if temporary:  # made and freed inside one operator: the trace sees its result only
+            self.peak = max(self.peak, self.live + temporary)
         staging = _staging(func, args, kwargs or {}, self.card)
         if staging is not None:
-            self.staged.append((self.live, *staging))
+            self.staged.append((self.live + temporary, *staging))
         self.calls += 1
         if self.calls % 64 == 0 and time.monotonic() > self.deadline:
             raise _TooLong()
@@ -158,13 +161,23 @@ def _staging(func: Any, args: Sequence[Any], kwargs: dict[str, Any], card: Card)
     dim = kwargs.get("dim", args[at] if len(args) > at else None)
     if isinstance(dim, torch.Tensor) or not (dim is None or isinstance(dim, (int, list, tuple))):
         return None
-    held = name not in UNHELD  # a value and its index: one more buffer where the input is cut in pieces
+    integer = not x.is_floating_point() and not x.is_complex()
     try:
         dims = reduced_dims(x.shape, dim)
-        return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide), card, held)
+        return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide, integer), card,
+                                   output_holds_accumulator(name, size, not integer))
                      for size, wide in ((x.element_size(), False), (8, True)))  # type: ignore[return-value]
     except (TypeError, ValueError, IndexError, ZeroDivisionError):  # arguments of a form not foreseen: none counted
         return None
+
+
+def _temporary_bytes(func: Any, args: Sequence[Any]) -> int:
+    """What an operator holds inside itself beyond its result, where a trace cannot see it:
+    `logsumexp` (one operator to the dispatcher) makes its input less the maxima, exponentiated, as
+    large as its input, before it sums."""
+    if func.overloadpacket.__name__ != "logsumexp" or not args or not isinstance(args[0], torch.Tensor):
+        return 0
+    return args[0].numel() * args[0].element_size()
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
