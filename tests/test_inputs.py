@@ -8,6 +8,7 @@ import threading
 import torch
 
 from kbv.inputs import rng_isolated, set_seed
+from lanes import run_lanes
 
 
 def _draws(seed: int) -> list[torch.Tensor]:
@@ -39,10 +40,6 @@ def test_a_lanes_draws_are_its_seeds_while_another_lane_seeds_its_own() -> None:
             other_seeded.set()
             lane_drew.wait(timeout=5)
 
-    lanes = [threading.Thread(target=lane), threading.Thread(target=other)]
-    for t in lanes:
-        t.start()
-    for t in lanes:
-        t.join(timeout=10)
+    run_lanes(lane, other)
     assert len(drawn) == 2 and all(torch.equal(a, b) for a, b in zip(alone, drawn))
     assert not torch.equal(_draws(2)[0], alone[0])

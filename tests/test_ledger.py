@@ -4,6 +4,7 @@ none for a candidate while the plan holds the trials' truth; bounded, naming the
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -11,11 +12,15 @@ import pytest
 import torch
 
 from kbv.footprint import problem_footprint
+from kbv.gate import DeviceGate, holding, waited_s
+from kbv.inputs import rng_isolated
 from kbv.ledger import CallLedger, PreparationTimeout, bounded
 from kbv.memory_plan import Hold, Need, VerifiedPlan
+from kbv.precision import precision_policy
 from kbv.problems import load_problem_file
 from kbv.protocols.verified.prepare import prepare_trials
 from kbv.protocols.verified.rules import VerifiedProtocol
+from lanes import run_lanes
 from sources import write_tree
 
 INPUTS = "\ndef get_inputs():\n    return [torch.rand(16, 64)]\ndef get_init_inputs():\n    return []\n"
@@ -112,6 +117,35 @@ def test_preparation_past_its_bound_is_a_problem_failure_naming_the_step(tmp_pat
     message = str(info.value)
     assert message.startswith("level1/1_P.py: preparing it for the verified protocol ran past its 5 s")
     assert "(--prepare-timeout) in calibration (default)" in message
+
+
+@pytest.mark.parametrize("block", [rng_isolated, lambda: precision_policy("fp32")], ids=["seeded", "precision"])
+def test_a_wait_for_another_lanes_block_is_waited_time_not_preparations_own(block):
+    """Two lanes of one process: the other lane's seeded (or precision) block keeps this lane's out for
+    0.4 s. Those seconds belong to the other pair: they move this pair's deadlines on, and the bound on
+    preparation does not run out on them; the ledger shows them as waited."""
+    gate, seen = DeviceGate(), {}
+    inside, left = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with block():
+            inside.set()
+            time.sleep(0.4)
+        left.set()
+
+    def lane() -> None:
+        inside.wait(timeout=5)
+        with holding(gate):
+            ledger = bounded("level1/1_P.py", "verified", 0.3)
+            with block():
+                seen["waited"] = waited_s()
+            ledger.check()  # past 0.3 s of wall clock, nearly all of it the other lane's
+            seen["summary"] = ledger.summary()
+
+    run_lanes(other, lane)
+    assert left.is_set()
+    assert seen["waited"] > 0.3
+    assert seen["summary"]["waited_s"] > 0.3
 
 
 def test_the_heartbeat_names_the_step_preparation_is_in(tmp_path, monkeypatch):

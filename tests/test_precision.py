@@ -8,6 +8,7 @@ import threading
 import torch
 
 from kbv.precision import precision_policy, snapshot_flags
+from lanes import run_lanes
 
 
 def _tf32_matmul() -> bool:
@@ -32,11 +33,7 @@ def test_a_lane_under_default_never_computes_under_another_lanes_tf32() -> None:
             seen.append(_tf32_matmul())
         done.set()
 
-    lanes = [threading.Thread(target=verified_lane), threading.Thread(target=standard_lane)]
-    for t in lanes:
-        t.start()
-    for t in lanes:
-        t.join(timeout=10)
+    run_lanes(verified_lane, standard_lane)
     assert seen == [False]
     assert snapshot_flags() == before
 
@@ -60,11 +57,7 @@ def test_interleaved_blocks_leave_the_process_its_own_flags() -> None:
             b_in.set()
             a_out.wait(timeout=5)
 
-    lanes = [threading.Thread(target=first), threading.Thread(target=second)]
-    for t in lanes:
-        t.start()
-    for t in lanes:
-        t.join(timeout=10)
+    run_lanes(first, second)
     assert snapshot_flags() == before
     with precision_policy("tf32"), precision_policy("fp32"):  # a thread's own blocks nest
         assert not _tf32_matmul()

@@ -30,6 +30,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 
 class DeviceGate:
@@ -61,6 +62,12 @@ class DeviceGate:
 
     def reset_waited(self) -> None:
         self._waited.pop(threading.get_ident(), None)
+
+    def book(self, seconds: float) -> None:
+        """`seconds` the calling thread waited for another pair elsewhere (a lock of the process's), to its account."""
+        me = threading.get_ident()
+        with self._cond:
+            self._waited[me] = self._waited.get(me, 0.0) + seconds
 
     # -- shared ---------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -168,6 +175,14 @@ class DeviceGate:
             self.release_exclusive()
 
 
+class Lock(Protocol):
+    """A lock of the process's (`threading.Lock`, `threading.RLock`)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+
 _CURRENT: contextvars.ContextVar[DeviceGate | None] = contextvars.ContextVar("kbv_device_gate", default=None)
 
 
@@ -188,6 +203,23 @@ def waited_s() -> float:
     pair's deadline moves on by them (`kbv.settings.time_left`)."""
     gate = _CURRENT.get()
     return gate.waited_s() if gate is not None else 0.0
+
+
+@contextlib.contextmanager
+def taken(lock: Lock) -> Iterator[None]:
+    """`lock` (one of the process's, shared by the lanes: `kbv.inputs.rng_isolated`) held for the block.
+    A wait for it is a wait for another pair, so its seconds go to the current pair's account
+    (`waited_s`): they neither count against its deadlines nor hide in its own figures."""
+    if not lock.acquire(blocking=False):
+        t0 = time.monotonic()
+        lock.acquire()
+        gate = _CURRENT.get()
+        if gate is not None:
+            gate.book(time.monotonic() - t0)
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def checkpoint() -> None:

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from kbv.gate import taken
+
 
 def set_seed(seed: int) -> None:
     """KernelBench's `set_seed`: the CPU and CUDA generators."""
@@ -28,9 +30,10 @@ _RNG = threading.RLock()
 @contextlib.contextmanager
 def rng_isolated() -> Iterator[None]:
     """Restore the global RNG state afterwards (seeding for a problem must not leak), and keep every
-    other thread's seeded block out meanwhile (a block waits for nothing else: no gate, no room)."""
+    other thread's seeded block out meanwhile (a block waits for nothing else: no gate, no room). A
+    wait for another lane's block is the pair's waited time (`kbv.gate.taken`), not its own."""
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with _RNG, torch.random.fork_rng(devices=devices):
+    with taken(_RNG), torch.random.fork_rng(devices=devices):
         yield
 
 

@@ -26,7 +26,8 @@ the device) and `timing` (the timing pool and the baselines' children).
 
 The ledger also bounds preparation: past its deadline, the next call raises `PreparationTimeout`
 (a problem failure naming the step), and it tells the run's heartbeat which step it is in
-(`prepare: truth 6/10`).
+(`prepare: truth 6/10`). The deadline moves on by the time preparation waited for other pairs of its
+device (their timed windows, their seeded and precision blocks: `kbv.gate.waited_s`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbv.errors import ProblemRunError
+from kbv.gate import waited_s as pair_waited_s
 from kbv.stages import note
 
 
@@ -64,6 +66,14 @@ class CallLedger:
     synchronize: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     # when the current purpose last took over
     _since: float = field(default_factory=time.monotonic, init=False, repr=False, compare=False)
+    # the pair's time waited for other pairs (`kbv.gate.waited_s`) when the ledger began
+    _waited0: float = field(default_factory=pair_waited_s, init=False, repr=False, compare=False)
+
+    @property
+    def waited_s(self) -> float:
+        """The seconds preparation waited for other pairs of its device (their windows, their seeded and
+        precision blocks): the deadline moves on by them, and the purposes' seconds hold them."""
+        return pair_waited_s() - self._waited0
 
     @contextlib.contextmanager
     def doing(self, purpose: str, distribution: str = "-", step: str | None = None) -> Iterator[None]:
@@ -98,7 +108,7 @@ class CallLedger:
         self.counts[(self.purpose, self.distribution, precision)] += 1
 
     def check(self) -> None:
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.deadline is not None and time.monotonic() - self.waited_s > self.deadline:
             where = f" in {self.step}" if self.step else ""
             raise PreparationTimeout(f"{self.problem}: preparing it for the {self.protocol or 'verified'} protocol "
                                      f"ran past its {self.limit_s or 0:.0f} s (--prepare-timeout){where}; "
@@ -119,6 +129,8 @@ class CallLedger:
             out[name] = dict(sorted(tally.items()))
         seconds = self.seconds + Counter({self.purpose: time.monotonic() - self._since})  # the current one's so far
         out["seconds_by_purpose"] = {k: round(v, 4) for k, v in sorted(seconds.items()) if v > 0}
+        if self.waited_s > 0:
+            out["waited_s"] = round(self.waited_s, 4)
         return out
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from kbv.gate import taken
+
 POLICIES = ("default", "tf32", "fp32")
 
 
@@ -68,8 +70,9 @@ _FLAGS = threading.RLock()
 @contextlib.contextmanager
 def precision_policy(policy: str) -> Iterator[None]:
     """Run a block under `policy`, restoring every flag afterwards; no other thread's block runs
-    meanwhile (a block holds no lock but this one, and waits for nothing else: no gate, no room)."""
-    with _FLAGS, flags_restored():
+    meanwhile (a block holds no lock but this one, and waits for nothing else: no gate, no room). A
+    wait for another lane's block is the pair's waited time (`kbv.gate.taken`), not its own."""
+    with taken(_FLAGS), flags_restored():
         apply_policy(policy)
         yield
 
