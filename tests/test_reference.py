@@ -73,3 +73,47 @@ def test_a_model_that_cannot_be_copied_is_built_each_time() -> None:
     a, b = ref.build(3), ref.build(3)
     assert len(built) == 2 and torch.equal(a.fc.weight, b.fc.weight)
     assert isinstance(b.lock, type(threading.Lock()))
+
+
+HOOKED = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_forward_hook(lambda module, args, out: out + self.calls)
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+def get_inputs():
+    return [torch.rand(4)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_whose_hook_holds_the_model_itself_is_built_each_time() -> None:
+    """A deep copy shares a closure: a copy's hook would add the first build's call count (two calls
+    in, 2x + 2) where the seed's own model adds its own (2x + 1). Such a model is built afresh."""
+    ref, built = _reference(HOOKED)
+    x = torch.ones(4)
+    first = ref.build(5)
+    first(x), first(x)
+    again = ref.build(5)
+    assert len(built) == 2
+    assert torch.equal(again(x), 2 * x + 1)
+
+
+def test_a_hook_that_is_the_models_own_method_is_rebound_by_the_copy() -> None:
+    """A bound method is rebound to the copy: such a model is still copied, not built again."""
+    source = HOOKED.replace("self.register_forward_hook(lambda module, args, out: out + self.calls)",
+                            "self.register_forward_hook(self.add_calls)").replace(
+        "    def forward(self, x):", "    def add_calls(self, module, args, out):\n        return out + self.calls\n"
+                                    "    def forward(self, x):")
+    ref, built = _reference(source)
+    x = torch.ones(4)
+    first = ref.build(5)
+    first(x), first(x)
+    again = ref.build(5)
+    assert len(built) == 1
+    assert torch.equal(again(x), 2 * x + 1)

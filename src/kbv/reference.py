@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,34 @@ from kbv.ledger import CallLedger
 from kbv.precision import precision_policy
 from kbv.problems import out_of_memory, problem_code
 from kbv.weights import Kind, constant_kinds, draw_constant_parameters
+
+
+# A module's hooks, by the attribute that holds them (`torch.nn.Module`)
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+          "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+          "_load_state_dict_post_hooks")
+
+
+def copies_whole(model: Any) -> bool:
+    """Whether `copy.deepcopy(model)` is a model of its own. A deep copy rebinds a bound method to the
+    copy, and copies a callable object, but shares a function: a hook or an attribute that is a closure
+    (`register_forward_hook(lambda m, i, o: o + self.count)`) or a `functools.partial` would still read
+    and write the model it was copied from. Such a model is built afresh instead."""
+    if not isinstance(model, torch.nn.Module):
+        return False
+    for module in model.modules():
+        callables = [hook for name in _HOOKS for hook in getattr(module, name, {}).values()]
+        callables += [v for v in vars(module).values() if callable(v) and not isinstance(v, (torch.nn.Module, type))]
+        if any(_shares_state(c) for c in callables):
+            return False
+    return True
+
+
+def _shares_state(fn: Any) -> bool:
+    """A callable that a deep copy shares, and that carries state of its own: a closure, a partial."""
+    if isinstance(fn, functools.partial):
+        return True
+    return isinstance(fn, types.FunctionType) and bool(fn.__closure__)
 
 
 @dataclass
@@ -62,17 +91,19 @@ class Reference:
         of the same seed again is a copy of it on the device: preparing a problem builds each trial's
         model three times or so (its calibration, its truth, the screen), and a problem's own
         initialisation runs on the host (0.4 s for each of KernelBench's L2/9 builds, 8192 x 8192
-        weights). A model that cannot be copied is built again."""
+        weights). A model that cannot be copied, or whose copy would still reach the model it was
+        copied from (`copies_whole`), is built again."""
         kept = self._kept
         if kept is not None and kept[0] == weight_seed:
             with contextlib.suppress(Exception):  # whatever stops a copy: built again, as it was
                 return copy.deepcopy(kept[1])
         self._kept = None  # the last seed's build let go before the next is made
         model = self._build(weight_seed)
-        try:
-            self._kept = (weight_seed, copy.deepcopy(model))
-        except Exception:  # noqa: BLE001 - a model that cannot be copied is built each time
-            self._kept = None
+        if copies_whole(model):
+            try:
+                self._kept = (weight_seed, copy.deepcopy(model))
+            except Exception:  # noqa: BLE001 - a model that cannot be copied is built each time
+                self._kept = None
         return model
 
     def release_builds(self) -> None:
