@@ -10,7 +10,8 @@ import pytest
 from kbv.cuda_reduce import Card, accumulator_bytes, output_holds_accumulator, reduced_dims, staging_bytes
 from kbv.footprint import problem_footprint
 from kbv.memory_plan import Hold, standard_need, verified_need
-from kbv.problems import load_problems
+from kbv.problems import load_problem_file, load_problems
+from sources import write_tree
 
 MIB = 1 << 20
 # the bundled L1/7 and L1/12: 128 x 4096 x 2880 float32, reduced over the middle dimension
@@ -65,6 +66,14 @@ def test_an_accumulator_is_as_wide_as_the_inputs_dtype_makes_it() -> None:
     assert staging_bytes(half, (1 << 20, 1), 2, (0,), 4, outputs_fit_acc=False) == held + 4 * (1 << 20)
 
 
+def test_the_cut_in_32_bit_pieces_reads_each_operands_own_element_size() -> None:
+    """An argmax over pairs of 300 M int8 values: the input's offsets fit 32 bits, its int64 indices'
+    do not, so the iterator is cut in pieces and the value-and-index partial results cross them."""
+    pairs = ((300_000_000, 2), (2, 1), 1, (1,), 16)
+    as_input = staging_bytes(*pairs, outputs_fit_acc=False)
+    assert staging_bytes(*pairs, outputs_fit_acc=False, out_bytes=8) == as_input + 16 * 300_000_000
+
+
 def test_dims_read_as_torch_reads_them() -> None:
     assert reduced_dims((2, 3, 4), None) == (0, 1, 2)
     assert reduced_dims((2, 3, 4), []) == (0, 1, 2)
@@ -84,3 +93,29 @@ def test_a_plan_on_cuda_holds_the_staging_and_one_on_a_cpu_does_not() -> None:
         assert verified_need(fp, hold, held, "device", 2, on_cuda=False) == \
             verified_need(unstaged, hold, held, "device", 2, on_cuda=False)
     assert standard_need(fp, 5, "device", True).device - standard_need(unstaged, 5, "device", True).device >= staging
+
+
+ROWS = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+def get_inputs():
+    return [torch.rand(16, 1 << 20)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_each_lane_plans_with_its_own_cards_split(tmp_path, monkeypatch) -> None:
+    """Lanes on cards of two kinds in one process: a few long rows split across as many CTAs as the
+    card has room for, so each card's plan counts its own staging, traced once per card."""
+    import kbv.footprint
+
+    cards = {"cuda:0": Card(132, 2048), "cuda:1": Card(66, 2048)}
+    monkeypatch.setattr(kbv.footprint, "card_of", lambda device=None: cards.get(str(device), Card()))
+    problem = load_problem_file(write_tree(tmp_path, {"level1/1_RowSum.py": ROWS}) / "level1" / "1_RowSum.py")
+    large, small = problem_footprint(problem, "cuda:0"), problem_footprint(problem, "cuda:1")
+    assert large is not None and small is not None
+    assert small.forward_bytes < small.on("cuda").forward_bytes < large.on("cuda").forward_bytes
+    assert problem_footprint(problem, "cuda:0") is large

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 INT32_MAX = (1 << 31) - 1
 MAX_NUM_THREADS = 512  # a reduction block's threads (256 for complex double, which no problem reduces)
@@ -77,15 +78,20 @@ def output_holds_accumulator(op: str, dtype_bytes: int, floating: bool) -> bool:
     return op not in UNHELD and not (floating and dtype_bytes == 2)
 
 
-def current_card() -> Card:
-    """The current CUDA device's figures where CUDA has started in this process, else an H100's and an
-    H200's (a footprint is traced once a process and problem: with cards of several kinds, the first
-    lane's card counts for all)."""
+def card_of(device: Any = None) -> Card:
+    """The figures of `device` (a CUDA device, `torch.device` or name): its SM count and threads per SM.
+    With no device named, the current one's where CUDA has started in this process, else an H100's and
+    an H200's (a trace before CUDA starts; a CPU run's footprint, which no CUDA plan reads)."""
     import torch
 
-    if not torch.cuda.is_initialized():
+    where = torch.device(device) if device is not None else None
+    if where is not None and where.type != "cuda":
         return Card()
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    if where is None:
+        if not torch.cuda.is_initialized():
+            return Card()
+        where = torch.device("cuda", torch.cuda.current_device())
+    props = torch.cuda.get_device_properties(where.index if where.index is not None else torch.cuda.current_device())
     return Card(props.multi_processor_count, getattr(props, "max_threads_per_multi_processor", DEFAULT_THREADS_PER_SM))
 
 
@@ -99,21 +105,25 @@ def reduced_dims(shape: Sequence[int], dim: int | Sequence[int] | None) -> tuple
 
 
 def staging_bytes(shape: Sequence[int], strides: Sequence[int], element_bytes: int, dims: Sequence[int],
-                  acc_bytes: int, card: Card = Card(), outputs_fit_acc: bool = True) -> int:
+                  acc_bytes: int, card: Card = Card(), outputs_fit_acc: bool = True,
+                  out_bytes: int | None = None) -> int:
     """Bytes the reduction of a tensor of `shape` and `strides` (in elements, `element_bytes` each) over
     `dims` allocates beside its outputs on `card`: the largest piece's staging buffer and semaphores, and
     where the accumulator does not fit the output's dtype (`outputs_fit_acc` False) and the input is cut in
-    pieces, the buffer that carries the partial results across them. 0 where nothing is split."""
+    pieces, the buffer that carries the partial results across them. 0 where nothing is split. The
+    outputs' elements are `out_bytes` each (default: the input's; an index is 8), which the cut into
+    32-bit pieces reads as it reads the input's."""
+    widths = (element_bytes, out_bytes if out_bytes is not None else element_bytes)
     numel = math.prod(shape)
     if numel == 0 or not shape:
         return 0
     sizes, in_strides, out_strides = _layout(shape, strides, dims)
     reduce_dims = sum(1 for s in out_strides if s == 0)
     out_elements = math.prod(n for n, s in zip(sizes, out_strides) if s != 0)
-    across = 0 if outputs_fit_acc or _fits_32bit(sizes, in_strides, out_strides, element_bytes) \
+    across = 0 if outputs_fit_acc or _fits_32bit(sizes, in_strides, out_strides, widths) \
         else out_elements * acc_bytes
     largest = max((_config_bytes(piece, in_s, out_s, reduce_dims, acc_bytes, card)
-                   for piece, in_s, out_s in _pieces(sizes, in_strides, out_strides, element_bytes)), default=0)
+                   for piece, in_s, out_s in _pieces(sizes, in_strides, out_strides, widths)), default=0)
     return largest + across
 
 
@@ -173,24 +183,27 @@ def _coalesce(sizes: list[int], ins: list[int], outs: list[int]) -> tuple[list[i
     return n, i_s, o_s
 
 
-def _fits_32bit(sizes: Sequence[int], ins: Sequence[int], outs: Sequence[int], element_bytes: int) -> bool:
+def _fits_32bit(sizes: Sequence[int], ins: Sequence[int], outs: Sequence[int], widths: tuple[int, int]) -> bool:
+    """Whether every operand's largest offset, in bytes of its own elements (`widths`: the input's, the
+    outputs'), fits 32 bits."""
     if math.prod(sizes) > INT32_MAX:
         return False
-    for strides in (ins, outs):
-        if 1 + sum((n - 1) * s * element_bytes for n, s in zip(sizes, strides)) > INT32_MAX:
+    for strides, width in zip((ins, outs), widths):
+        if 1 + sum((n - 1) * s * width for n, s in zip(sizes, strides)) > INT32_MAX:
             return False
     return True
 
 
-def _pieces(sizes: list[int], ins: list[int], outs: list[int], element_bytes: int) -> list[tuple[list[int], list[int], list[int]]]:
+def _pieces(sizes: list[int], ins: list[int], outs: list[int],
+            widths: tuple[int, int]) -> list[tuple[list[int], list[int], list[int]]]:
     """The iterator cut in halves along its widest dimension until every piece's offsets fit 32 bits
     (the pieces of one cut differ by one row at most: both kept, each cut again as needed)."""
-    if _fits_32bit(sizes, ins, outs, element_bytes):
+    if _fits_32bit(sizes, ins, outs, widths):
         return [(sizes, ins, outs)]
     widest, extent = 0, -1
     for d in reversed(range(len(sizes))):
-        for strides in (ins, outs):
-            e = (sizes[d] - 1) * abs(strides[d]) * element_bytes
+        for strides, width in zip((ins, outs), widths):
+            e = (sizes[d] - 1) * abs(strides[d]) * width
             if e > extent:
                 widest, extent = d, e
     if sizes[widest] <= 1:
@@ -199,7 +212,7 @@ def _pieces(sizes: list[int], ins: list[int], outs: list[int], element_bytes: in
     for half in {sizes[widest] // 2, sizes[widest] - sizes[widest] // 2}:
         cut = list(sizes)
         cut[widest] = half
-        pieces += _pieces(cut, ins, outs, element_bytes)
+        pieces += _pieces(cut, ins, outs, widths)
     return pieces
 
 

@@ -27,7 +27,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kbv.cuda_reduce import (ACCUMULATOR_BYTES, Card, accumulator_bytes, current_card, output_holds_accumulator,
+from kbv.cuda_reduce import (ACCUMULATOR_BYTES, Card, accumulator_bytes, card_of, output_holds_accumulator,
                              reduced_dims, staging_bytes)
 from kbv.inputs import flatten_outputs, rng_isolated
 
@@ -162,11 +162,15 @@ def _staging(func: Any, args: Sequence[Any], kwargs: dict[str, Any], card: Card)
     if isinstance(dim, torch.Tensor) or not (dim is None or isinstance(dim, (int, list, tuple))):
         return None
     integer = not x.is_floating_point() and not x.is_complex()
+    # the widest output's elements: an index (argmax, max along a dim) or an integer sum is an int64
+    indexed = name in ("argmax", "argmin") or (name in ("max", "min") and dim is not None)
+    out_bytes = 8 if indexed or (integer and name in ("sum", "nansum", "prod")) else x.element_size()
     try:
         dims = reduced_dims(x.shape, dim)
         return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide, integer), card,
-                                   output_holds_accumulator(name, size, not integer))
-                     for size, wide in ((x.element_size(), False), (8, True)))  # type: ignore[return-value]
+                                   output_holds_accumulator(name, size, not integer), out)
+                     for size, wide, out in ((x.element_size(), False, out_bytes),
+                                             (8, True, 8)))  # type: ignore[return-value]
     except (TypeError, ValueError, IndexError, ZeroDivisionError):  # arguments of a form not foreseen: none counted
         return None
 
@@ -201,11 +205,11 @@ def _float64(values: Sequence[Any]) -> list[Any]:
     return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
 
 
-def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float) -> tuple[_Live, list[torch.Tensor]]:
+def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float, card: Card) -> tuple[_Live, list[torch.Tensor]]:
     """The traced forward (its peak, operators and reductions' staging) and its outputs. The inputs'
     and weights' storages are known from the start: a view of one (a weight transposed for a GEMM)
     costs nothing."""
-    mode = _Live(deadline, [*_tensors(list(inputs)), *_weights(model)], current_card())
+    mode = _Live(deadline, [*_tensors(list(inputs)), *_weights(model)], card)
     with torch.no_grad(), mode:
         outputs = flatten_outputs(model(*inputs))
     return mode, outputs
@@ -214,13 +218,15 @@ def _forward_peak(model: Any, inputs: Sequence[Any], deadline: float) -> tuple[_
 TRACE_BUDGET_S = 10.0  # a trace that takes longer (an RNN, step by step) leaves the size unknown
 
 
-def trace_footprint(module: types.ModuleType, budget_s: float = TRACE_BUDGET_S) -> Footprint | None:
+def trace_footprint(module: types.ModuleType, budget_s: float = TRACE_BUDGET_S,
+                    card: Card | None = None) -> Footprint | None:
     """The footprint of `module` (an executed problem), or None where its code cannot run on the
     meta device or its trace takes more than `budget_s` (see the module's docstring).
 
     The forward is traced once, as written. Its float64 figures are scaled from it: every floating
     tensor of the trace at 8 bytes an element instead of its own (a float32 problem's intermediates
-    double), an upper bound where some of them are integers."""
+    double), an upper bound where some of them are integers. Reductions' staging is worked out for
+    `card` (`kbv.cuda_reduce`; by default the current one's, `card_of`)."""
     try:
         with rng_isolated(), torch.device("meta"), _quiet():
             init = list(module.get_init_inputs())
@@ -231,7 +237,7 @@ def trace_footprint(module: types.ModuleType, budget_s: float = TRACE_BUDGET_S) 
             weights = _weights(model)
             if any(w.device.type != "meta" for w in weights):
                 return None
-            mode, outputs = _forward_peak(model, inputs, time.monotonic() + budget_s)
+            mode, outputs = _forward_peak(model, inputs, time.monotonic() + budget_s, card or card_of())
     except Exception:  # noqa: BLE001 - whatever stops a meta trace (or its budget) only means "unknown"
         return None
     scale = _float64_scale([*inputs, *weights, *outputs])
@@ -286,17 +292,18 @@ def format_bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-_FOOTPRINTS: dict[str, Footprint | None] = {}  # problem hash and origin -> its footprint (traced once)
+_FOOTPRINTS: dict[str, Footprint | None] = {}  # problem hash, origin and card -> its footprint (traced once)
 
 
-def problem_footprint(problem: Any) -> Footprint | None:
-    """The footprint of a `kbv.problems.Problem`, traced once per process for both protocols; None
-    where it cannot be known (and where the problem's own code fails to execute: its preparation
-    reports that)."""
+def problem_footprint(problem: Any, device: Any = None) -> Footprint | None:
+    """The footprint of a `kbv.problems.Problem` on `device` (its reductions' staging depends on the
+    card: `kbv.cuda_reduce`), traced once per process and card for both protocols; None where it cannot
+    be known (and where the problem's own code fails to execute: its preparation reports that)."""
     from kbv.errors import ProblemError
     from kbv.problems import instantiate_problem
 
-    key = f"{problem.hash}:{problem.origin}"
+    card = card_of(device)
+    key = f"{problem.hash}:{problem.origin}:{card.sms}x{card.threads_per_sm}"
     if key not in _FOOTPRINTS:
         try:
             module = instantiate_problem(problem)
@@ -304,7 +311,7 @@ def problem_footprint(problem: Any) -> Footprint | None:
             return None
         if len(_FOOTPRINTS) >= 64:
             _FOOTPRINTS.pop(next(iter(_FOOTPRINTS)))
-        _FOOTPRINTS[key] = trace_footprint(module)
+        _FOOTPRINTS[key] = trace_footprint(module, card=card)
     return _FOOTPRINTS[key]
 
 

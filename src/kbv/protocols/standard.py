@@ -284,7 +284,7 @@ class StandardRunner:
 
     def _plan(self, problem: Problem) -> StandardPlan | None:
         """How the problem's trials are held (None where its footprint is unknown); raises ProblemTooLarge."""
-        footprint = problem_footprint(problem)
+        footprint = problem_footprint(problem, self.settings.device)
         if footprint is None:
             return None
         device = torch.device(self.settings.device)

@@ -137,7 +137,7 @@ class VerifiedRunner:
             if known is not None and known.unsound is not None:  # kept without the path it was found at
                 reason = f"{pair.problem.origin}: {known.unsound}"
                 return UnsoundProblem(reason, flags=(reason,))
-            footprint = problem_footprint(pair.problem)
+            footprint = problem_footprint(pair.problem, self.settings.device)
             plan = self._plan(pair.problem, footprint)
             ledger = bounded(pair.problem.origin, self.name, self.settings.prepare_limit_s)
             stack, children = spawn_baselines(pair.problem, self.baseline_names, self.settings)
