@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import types
 
+import pytest
 import torch
 
 from kbv.reference import Reference
@@ -92,28 +93,22 @@ def get_init_inputs():
 """
 
 
-def test_a_model_whose_hook_holds_the_model_itself_is_built_each_time() -> None:
-    """A deep copy shares a closure: a copy's hook would add the first build's call count (two calls
-    in, 2x + 2) where the seed's own model adds its own (2x + 1). Such a model is built afresh."""
-    ref, built = _reference(HOOKED)
-    x = torch.ones(4)
-    first = ref.build(5)
-    first(x), first(x)
-    again = ref.build(5)
-    assert len(built) == 2
-    assert torch.equal(again(x), 2 * x + 1)
+BOUND_HOOK = HOOKED.replace(
+    "self.register_forward_hook(lambda module, args, out: out + self.calls)",
+    "self.register_forward_hook(self.add_calls)").replace(
+    "    def forward(self, x):", "    def add_calls(self, module, args, out):\n        return out + self.calls\n"
+                                "    def forward(self, x):")
 
 
-def test_a_hook_that_is_the_models_own_method_is_rebound_by_the_copy() -> None:
-    """A bound method is rebound to the copy: such a model is still copied, not built again."""
-    source = HOOKED.replace("self.register_forward_hook(lambda module, args, out: out + self.calls)",
-                            "self.register_forward_hook(self.add_calls)").replace(
-        "    def forward(self, x):", "    def add_calls(self, module, args, out):\n        return out + self.calls\n"
-                                    "    def forward(self, x):")
+@pytest.mark.parametrize(("source", "builds"), [(HOOKED, 2), (BOUND_HOOK, 1)], ids=["closure", "bound-method"])
+def test_a_seeds_next_build_answers_as_the_seed_built_afresh_does(source: str, builds: int) -> None:
+    """A build called twice, then the seed built again: the next build adds its own call count (2x + 1),
+    as a fresh build does. A deep copy shares a closure, whose hook would add the first build's (2x + 2):
+    such a model is built afresh. It rebinds a bound method to the copy: such a model is still copied."""
     ref, built = _reference(source)
     x = torch.ones(4)
     first = ref.build(5)
     first(x), first(x)
     again = ref.build(5)
-    assert len(built) == 1
+    assert len(built) == builds
     assert torch.equal(again(x), 2 * x + 1)
