@@ -173,11 +173,11 @@ def test_a_forward_runs_on_the_device_within_its_traced_cuda_peak(key: str) -> N
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     (problem,) = [p for p in load_problems("full") if p.key == key]
-    traced = problem_footprint(problem)
+    device = torch.device("cuda", torch.cuda.current_device())  # the memory fraction wants an index
+    traced = problem_footprint(problem, device)  # the staging of this card's split
     assert traced is not None
     fp = traced.on("cuda")
     module = instantiate_problem(problem)
-    device = torch.device("cuda", torch.cuda.current_device())  # the memory fraction wants an index
     torch.manual_seed(0)
     model = module.Model(*module.get_init_inputs())
     model = model.to(device) if isinstance(model, torch.nn.Module) else model
