@@ -98,17 +98,54 @@ BOUND_HOOK = HOOKED.replace(
     "self.register_forward_hook(self.add_calls)").replace(
     "    def forward(self, x):", "    def add_calls(self, module, args, out):\n        return out + self.calls\n"
                                 "    def forward(self, x):")
+DEFAULT_HOOK = HOOKED.replace("lambda module, args, out: out + self.calls",
+                              "lambda module, args, out, calls=self.calls: out + calls")
+LISTED_HOOK = HOOKED.replace("self.register_forward_hook(lambda module, args, out: out + self.calls)",
+                             "self.adders = [lambda out: out + self.calls]").replace(
+    "        return x * 2", "        return self.adders[0](x * 2)")
 
 
-@pytest.mark.parametrize(("source", "builds"), [(HOOKED, 2), (BOUND_HOOK, 1)], ids=["closure", "bound-method"])
-def test_a_seeds_next_build_answers_as_the_seed_built_afresh_does(source: str, builds: int) -> None:
-    """A build called twice, then the seed built again: the next build adds its own call count (2x + 1),
-    as a fresh build does. A deep copy shares a closure, whose hook would add the first build's (2x + 2):
-    such a model is built afresh. It rebinds a bound method to the copy: such a model is still copied."""
+@pytest.mark.parametrize("source", [HOOKED, BOUND_HOOK, DEFAULT_HOOK, LISTED_HOOK],
+                         ids=["closure", "bound-method", "default-argument", "closure-in-a-list"])
+def test_a_seeds_next_build_is_a_model_of_its_own_whatever_holds_it(source: str) -> None:
+    """A build called twice, then the seed built again: the copy adds its own call count (2x + 1), as a
+    fresh build does. A plain deep copy rebinds a bound method but shares a function: a closure's, a
+    default argument's or a listed closure's copy would add the first build's count (2x + 2)."""
     ref, built = _reference(source)
     x = torch.ones(4)
     first = ref.build(5)
     first(x), first(x)
     again = ref.build(5)
-    assert len(built) == builds
+    assert len(built) == 1
     assert torch.equal(again(x), 2 * x + 1)
+    assert torch.equal(first(x), 2 * x + 3)  # the first build counts its own calls, untouched by the copy's
+
+
+MINI_GPT_MLP = """
+import torch, torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.ModuleDict(dict(c_fc=nn.Linear(8, 32), c_proj=nn.Linear(32, 8), act=nn.GELU()))
+        m = self.mlp
+        self.mlpf = lambda x: m.c_proj(m.act(m.c_fc(x)))
+    def forward(self, x):
+        return x + self.mlpf(x)
+def get_inputs():
+    return [torch.rand(4, 8)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_model_whose_attribute_closes_over_its_layers_gets_a_float64_truth() -> None:
+    """KernelBench's L3/44_MiniGPTBlock keeps its MLP as `self.mlpf = lambda x: m.c_proj(...)`: a plain
+    deep copy cast to float64 still called the float32 layers, raised, and the truth fell back to fp32.
+    The copy's function calls the copy's layers: the truth is float64, and the model is untouched."""
+    ref, _ = _reference(MINI_GPT_MLP)
+    model = ref.build(3)
+    x = torch.rand(4, 8)
+    truth, exact = ref.truth(model, [x])
+    assert exact and truth[0].dtype == torch.float64
+    assert model.mlp.c_fc.weight.dtype == torch.float32
+    assert torch.allclose(truth[0].float(), model(x), atol=1e-5)

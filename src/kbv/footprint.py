@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 import time
 import types
 from collections.abc import Iterator, Sequence
@@ -165,6 +166,8 @@ def _staging(func: Any, args: Sequence[Any], kwargs: dict[str, Any], card: Card)
     # the widest output's elements: an index (argmax, max along a dim) or an integer sum is an int64
     indexed = name in ("argmax", "argmin") or (name in ("max", "min") and dim is not None)
     out_bytes = 8 if indexed or (integer and name in ("sum", "nansum", "prod")) else x.element_size()
+    if isinstance(kwargs.get("dtype"), torch.dtype):  # `sum(x, dtype=torch.float64)`: outputs of that dtype
+        out_bytes = max(out_bytes, kwargs["dtype"].itemsize)
     try:
         dims = reduced_dims(x.shape, dim)
         return tuple(staging_bytes(x.shape, x.stride(), size, dims, accumulator_bytes(name, wide, integer), card,
@@ -293,6 +296,7 @@ def format_bytes(n: float) -> str:
 
 
 _FOOTPRINTS: dict[str, Footprint | None] = {}  # problem hash, origin and card -> its footprint (traced once)
+_FOOTPRINTS_LOCK = threading.Lock()
 
 
 def problem_footprint(problem: Any, device: Any = None) -> Footprint | None:
@@ -304,15 +308,19 @@ def problem_footprint(problem: Any, device: Any = None) -> Footprint | None:
 
     card = card_of(device)
     key = f"{problem.hash}:{problem.origin}:{card.sms}x{card.threads_per_sm}"
-    if key not in _FOOTPRINTS:
-        try:
-            module = instantiate_problem(problem)
-        except ProblemError:
-            return None
-        if len(_FOOTPRINTS) >= 64:
+    with _FOOTPRINTS_LOCK:  # lanes of one process plan at once
+        if key in _FOOTPRINTS:
+            return _FOOTPRINTS[key]
+    try:
+        module = instantiate_problem(problem)
+    except ProblemError:
+        return None
+    fp = trace_footprint(module, card=card)
+    with _FOOTPRINTS_LOCK:
+        while len(_FOOTPRINTS) >= 64:
             _FOOTPRINTS.pop(next(iter(_FOOTPRINTS)))
-        _FOOTPRINTS[key] = trace_footprint(module, card=card)
-    return _FOOTPRINTS[key]
+        _FOOTPRINTS[key] = fp
+    return fp
 
 
 def footprint_record(fp: Footprint) -> dict[str, Any]:

@@ -73,7 +73,7 @@ class CallLedger:
     def waited_s(self) -> float:
         """The seconds preparation waited for other pairs of its device (their windows, their seeded and
         precision blocks): the deadline moves on by them, and the purposes' seconds hold them."""
-        return pair_waited_s() - self._waited0
+        return max(pair_waited_s() - self._waited0, 0.0)  # read in another pair's account: none
 
     @contextlib.contextmanager
     def doing(self, purpose: str, distribution: str = "-", step: str | None = None) -> Iterator[None]:

@@ -27,26 +27,65 @@ _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
           "_load_state_dict_post_hooks")
 
 
-def copies_whole(model: Any) -> bool:
-    """Whether `copy.deepcopy(model)` is a model of its own. A deep copy rebinds a bound method to the
-    copy, and copies a callable object, but shares a function: a hook or an attribute that is a closure
-    (`register_forward_hook(lambda m, i, o: o + self.count)`) or a `functools.partial` would still read
-    and write the model it was copied from. Such a model is built afresh instead."""
+def model_copy(model: Any) -> Any:
+    """A deep copy of `model` that is a model of its own. `copy.deepcopy` rebinds a bound method to
+    the copy but shares a function: a hook or an attribute that is a closure, a function with
+    defaults, or a `functools.partial` would still call the model it was copied from (KernelBench's
+    L3/44_MiniGPTBlock keeps `self.mlpf = lambda x: m.dropout(m.c_proj(m.act(m.c_fc(x))))`: its
+    float64 copy ran the float32 MLP, and the truth fell back to fp32). Each such function of the
+    copy's modules (as a hook, an attribute, or in a list, tuple or dict attribute) is made again
+    with what it holds taken from the copy. Raises what `copy.deepcopy` raises."""
     if not isinstance(model, torch.nn.Module):
-        return False
-    for module in model.modules():
-        callables = [hook for name in _HOOKS for hook in getattr(module, name, {}).values()]
-        callables += [v for v in vars(module).values() if callable(v) and not isinstance(v, (torch.nn.Module, type))]
-        if any(_shares_state(c) for c in callables):
-            return False
-    return True
+        return copy.deepcopy(model)
+    memo: dict[int, Any] = {}
+    clone = copy.deepcopy(model, memo)
+    for module in clone.modules():
+        for name in _HOOKS:
+            hooks = getattr(module, name, None)
+            if isinstance(hooks, dict):
+                for key, hook in list(hooks.items()):
+                    hooks[key] = _rebound(hook, memo)
+        for name, value in list(vars(module).items()):
+            if isinstance(value, (list, tuple)):
+                items = [_rebound(v, memo) for v in value]
+                if any(a is not b for a, b in zip(items, value)):
+                    if isinstance(value, list):
+                        value[:] = items
+                    else:  # a plain tuple or a named one (torch.Size holds no function)
+                        module.__dict__[name] = type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+            elif isinstance(value, dict) and not name.startswith("_"):
+                for key, v in list(value.items()):
+                    value[key] = _rebound(v, memo)
+            else:
+                module.__dict__[name] = _rebound(value, memo)
+    return clone
 
 
-def _shares_state(fn: Any) -> bool:
-    """A callable that a deep copy shares, and that carries state of its own: a closure, a partial."""
+def _rebound(fn: Any, memo: dict[int, Any]) -> Any:
+    """`fn` made again over the copy (`memo`: the deep copy's originals to copies), where a deep copy
+    shared it: a function with closure cells or defaults, a partial; anything else as it is."""
     if isinstance(fn, functools.partial):
-        return True
-    return isinstance(fn, types.FunctionType) and bool(fn.__closure__)
+        return functools.partial(_rebound(fn.func, memo), *copy.deepcopy(fn.args, memo),
+                                 **copy.deepcopy(fn.keywords, memo))
+    if not isinstance(fn, types.FunctionType) or not (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__):
+        return fn
+    cells = None
+    if fn.__closure__ is not None:
+        cells = tuple(_cell_copy(c, memo) for c in fn.__closure__)
+    made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
+                              copy.deepcopy(fn.__defaults__, memo), cells)
+    made.__kwdefaults__ = copy.deepcopy(fn.__kwdefaults__, memo)
+    made.__qualname__, made.__module__, made.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    made.__dict__.update(fn.__dict__)
+    return made
+
+
+def _cell_copy(cell: types.CellType, memo: dict[int, Any]) -> types.CellType:
+    try:
+        contents = cell.cell_contents
+    except ValueError:  # a cell not yet filled
+        return types.CellType()
+    return types.CellType(copy.deepcopy(contents, memo))
 
 
 @dataclass
@@ -91,19 +130,17 @@ class Reference:
         of the same seed again is a copy of it on the device: preparing a problem builds each trial's
         model three times or so (its calibration, its truth, the screen), and a problem's own
         initialisation runs on the host (0.4 s for each of KernelBench's L2/9 builds, 8192 x 8192
-        weights). A model that cannot be copied, or whose copy would still reach the model it was
-        copied from (`copies_whole`), is built again."""
+        weights). A model that cannot be copied (`model_copy`) is built again."""
         kept = self._kept
         if kept is not None and kept[0] == weight_seed:
             with contextlib.suppress(Exception):  # whatever stops a copy: built again, as it was
-                return copy.deepcopy(kept[1])
+                return model_copy(kept[1])
         self._kept = None  # the last seed's build let go before the next is made
         model = self._build(weight_seed)
-        if copies_whole(model):
-            try:
-                self._kept = (weight_seed, copy.deepcopy(model))
-            except Exception:  # noqa: BLE001 - a model that cannot be copied is built each time
-                self._kept = None
+        try:
+            self._kept = (weight_seed, model_copy(model))
+        except Exception:  # noqa: BLE001 - a model that cannot be copied is built each time
+            self._kept = None
         return model
 
     def release_builds(self) -> None:
@@ -173,7 +210,7 @@ class Reference:
     def _truth(self, model: Any, inputs: Sequence[Any]) -> tuple[list[torch.Tensor], bool]:
         self.ledger.count("float64")
         try:
-            model64 = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else model
+            model64 = model_copy(model).double() if isinstance(model, torch.nn.Module) else model
             inputs64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
             with precision_policy("fp32"), torch.no_grad():
                 outs = [o.detach().double() for o in flatten_outputs(model64(*inputs64))]
@@ -245,7 +282,7 @@ class Reference:
         truncates (rather than rounds) its operands computes, such as Triton's `tl.dot` in TF32. cuBLAS
         rounds to nearest and errs less; both are TF32, so the allowance covers the worse."""
         self.ledger.count("tf32-truncated")
-        clone = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
+        clone = model_copy(model) if isinstance(model, torch.nn.Module) else model
         if isinstance(clone, torch.nn.Module):
             with torch.no_grad():
                 for p in list(clone.parameters()) + list(clone.buffers()):
@@ -272,7 +309,7 @@ def runs_ops(model: Any, inputs: Sequence[Any], names: frozenset[str]) -> bool:
                 Seen.found = True
             return func(*args, **(kwargs or {}))
 
-    clone = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
+    clone = model_copy(model) if isinstance(model, torch.nn.Module) else model
     with precision_policy("fp32"), torch.no_grad(), Seen():
         clone(*inputs)
     return Seen.found
