@@ -100,13 +100,18 @@ BOUND_HOOK = HOOKED.replace(
                                 "    def forward(self, x):")
 DEFAULT_HOOK = HOOKED.replace("lambda module, args, out: out + self.calls",
                               "lambda module, args, out, calls=self.calls: out + calls")
+WRAPPED_HOOK = HOOKED.replace(
+    "self.register_forward_hook(lambda module, args, out: out + self.calls)",
+    "add = lambda module, args, out: out + self.calls\n"
+    "        self.register_forward_hook(lambda module, args, out: add(module, args, out))")
 LISTED_HOOK = HOOKED.replace("self.register_forward_hook(lambda module, args, out: out + self.calls)",
                              "self.adders = [lambda out: out + self.calls]").replace(
     "        return x * 2", "        return self.adders[0](x * 2)")
 
 
-@pytest.mark.parametrize("source", [HOOKED, BOUND_HOOK, DEFAULT_HOOK, LISTED_HOOK],
-                         ids=["closure", "bound-method", "default-argument", "closure-in-a-list"])
+@pytest.mark.parametrize("source", [HOOKED, BOUND_HOOK, DEFAULT_HOOK, LISTED_HOOK, WRAPPED_HOOK],
+                         ids=["closure", "bound-method", "default-argument", "closure-in-a-list",
+                              "closure-in-a-closure"])
 def test_a_seeds_next_build_is_a_model_of_its_own_whatever_holds_it(source: str) -> None:
     """A build called twice, then the seed built again: the copy adds its own call count (2x + 1), as a
     fresh build does. A plain deep copy rebinds a bound method but shares a function: a closure's, a

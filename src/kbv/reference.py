@@ -63,29 +63,35 @@ def model_copy(model: Any) -> Any:
 
 def _rebound(fn: Any, memo: dict[int, Any]) -> Any:
     """`fn` made again over the copy (`memo`: the deep copy's originals to copies), where a deep copy
-    shared it: a function with closure cells or defaults, a partial; anything else as it is."""
+    shared it: a function with closure cells or defaults, a partial; anything else as it is. A function
+    held by another's cells or defaults (a decorator's wrapper) is made again too, each once."""
     if isinstance(fn, functools.partial):
-        return functools.partial(_rebound(fn.func, memo), *copy.deepcopy(fn.args, memo),
-                                 **copy.deepcopy(fn.keywords, memo))
+        return functools.partial(_rebound(fn.func, memo), *(_copied(a, memo) for a in fn.args),
+                                 **{k: _copied(v, memo) for k, v in fn.keywords.items()})
     if not isinstance(fn, types.FunctionType) or not (fn.__closure__ or fn.__defaults__ or fn.__kwdefaults__):
         return fn
-    cells = None
-    if fn.__closure__ is not None:
-        cells = tuple(_cell_copy(c, memo) for c in fn.__closure__)
-    made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__,
-                              copy.deepcopy(fn.__defaults__, memo), cells)
-    made.__kwdefaults__ = copy.deepcopy(fn.__kwdefaults__, memo)
+    if id(fn) in memo:  # made already (a function that holds itself, or one held twice)
+        return memo[id(fn)]
+    cells = tuple(types.CellType() for _ in fn.__closure__) if fn.__closure__ is not None else None
+    made = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, cells)
+    memo[id(fn)] = made
+    for new, old in zip(made.__closure__ or (), fn.__closure__ or ()):
+        try:
+            new.cell_contents = _copied(old.cell_contents, memo)
+        except ValueError:  # a cell not yet filled stays empty
+            pass
+    made.__defaults__ = tuple(_copied(d, memo) for d in fn.__defaults__) if fn.__defaults__ else None
+    made.__kwdefaults__ = {k: _copied(v, memo) for k, v in fn.__kwdefaults__.items()} if fn.__kwdefaults__ else None
     made.__qualname__, made.__module__, made.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
     made.__dict__.update(fn.__dict__)
     return made
 
 
-def _cell_copy(cell: types.CellType, memo: dict[int, Any]) -> types.CellType:
-    try:
-        contents = cell.cell_contents
-    except ValueError:  # a cell not yet filled
-        return types.CellType()
-    return types.CellType(copy.deepcopy(contents, memo))
+def _copied(value: Any, memo: dict[int, Any]) -> Any:
+    """What a function made again holds: a function made again, anything else deep-copied with `memo`."""
+    if isinstance(value, (types.FunctionType, functools.partial)):
+        return _rebound(value, memo)
+    return copy.deepcopy(value, memo)
 
 
 @dataclass
