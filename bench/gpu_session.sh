@@ -26,7 +26,9 @@
 # with and without the sandbox on the GPU.
 # `redteam` runs kbv redteam on the GPU examples (issue 36's GPU targets), its JSON in $OUT/redteam.json, on
 # REDTEAM_PROBLEMS (default smoke; `full` for GPU-sized problems), REDTEAM_TRANSFORMS a comma list of them (default all);
-# it resumes from /tmp/kbv-redteam/run-<problems>, so a later call on a warm box goes on where it stopped.
+# it resumes from /tmp/kbv-redteam/run-<problems>, so a later call on a warm box goes on where it stopped, and a fresh
+# box from REDTEAM_DB (default docs/redteam_gpu_<problems>.sqlite: the database the last call brought back, sanitized
+# with bench/gpu_sanitize.py and committed); the mutants are made again, and a mutant whose source changed runs again.
 # `identity-children` times one identity in children of different histories (bench/identity_children.py:
 # where an identity's verified time goes; IDENTITY_CHILDREN=ref,ref2,ref3,ref4,ref@noaslr,ref2@noaslr,ref3@noaslr,ref4@noaslr
 # sets alike children with and without address-space layout randomisation side by side; @hash0, @moved: docs in the bench;
@@ -265,11 +267,17 @@ for s in "$@"; do
     findings) step findings "${FINDINGS_LIMIT:-400}" python3 bench/prepare.py --compare findings --device cuda \
       --problems full --protocol verified --rounds "${FINDINGS_ROUNDS:-2}" --timer-budget 2 --out "$OUT/findings.json" ;;
     redteam) mkdir -p /tmp/kbv-redteam/cands  # resumes from its run on a warm box: call it again to go on
+      rt=/tmp/kbv-redteam/run-${REDTEAM_PROBLEMS:-smoke}; mkdir -p "$rt"  # a fresh box resumes from the published run
+      db=${REDTEAM_DB-docs/redteam_gpu_${REDTEAM_PROBLEMS:-smoke}.sqlite}
+      [ -f "$db" ] && [ ! -f "$rt/kbv.sqlite" ] && cp "$db" "$rt/kbv.sqlite" && echo "=== redteam resumes from $db"
       for n in ${REDTEAM_HONEST:-1_Matmul__cuda 2_ReLU__cuda 2_ReLU__triton 6_Softmax__triton 8_LayerNorm__triton}; do
         cp "examples/$n.py" /tmp/kbv-redteam/cands/; done
       step redteam "${REDTEAM_LIMIT:-540}" bash -c "$KBV redteam /tmp/kbv-redteam/cands --problems ${REDTEAM_PROBLEMS:-smoke} \
         --device cuda --run /tmp/kbv-redteam/run-${REDTEAM_PROBLEMS:-smoke} --seed 7 --timer-budget 3 --ci-target 0.05 \
-        ${REDTEAM_TRANSFORMS:+--transforms $REDTEAM_TRANSFORMS} --fixtures $OUT/redteam-fixtures --format json > $OUT/redteam.json" ;;
+        ${REDTEAM_TRANSFORMS:+--transforms $REDTEAM_TRANSFORMS} --fixtures $OUT/redteam-fixtures --format json > $OUT/redteam.json"
+      # the run's database comes back whole (bench/gpu_sanitize.py, then commit it as the published run)
+      python3 -c "import sqlite3, sys; d = sqlite3.connect(sys.argv[1]); d.execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
+        "$rt/kbv.sqlite" && cp "$rt/kbv.sqlite" "$OUT/redteam_gpu_${REDTEAM_PROBLEMS:-smoke}.sqlite" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

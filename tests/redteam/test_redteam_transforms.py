@@ -160,3 +160,21 @@ def test_mutant_files_pair_with_their_own_problem_whatever_the_honest_name(tmp_p
     pairing = load_candidates(tmp_path, load_problems("smoke"))
     assert not pairing.unpaired and {p.problem.key for p in pairing.pairs} == {"L1/2_ReLU"}
     assert len(pairing.pairs) == len(names)
+
+
+def test_the_content_key_samples_inside_a_tensor_of_full_softmax_size() -> None:
+    """L1/6_Softmax at full size has 4096 x 393216 elements: a float32 linspace put the content key's
+    last pick one past the end, and the mutant died of a device-side assert on the H100 (2026-12-07)
+    instead of replaying. An expanded scalar has that many elements and holds one float."""
+    import torch
+
+    from kbv.redteam.replay import CONTENT_KEY
+
+    scope: dict = {"torch": torch}
+    exec(CONTENT_KEY, scope)
+    big = torch.ones(1).expand(4096 * 393216)
+    ((shape, dtype, fingerprint),) = scope["_kbv_key"]((big,))
+    assert shape == (4096 * 393216,) and dtype == torch.float32
+    assert fingerprint == hash((1.0,) * 64)
+    # ten values: the picks are spread evenly from the first to the last
+    assert scope["_kbv_key"]((torch.arange(10.0),))[0][2] == hash(tuple(float(i * 9 // 63) for i in range(64)))

@@ -74,7 +74,8 @@ def _kbv_key(args):
     for a in args:
         if isinstance(a, torch.Tensor) and a.numel():
             flat = a.reshape(-1)
-            picks = torch.linspace(0, flat.numel() - 1, _KBV_SAMPLES, device=flat.device).long()
+            # integer spacing: a float32 linspace rounds its last pick past the end of a 1.6e9-element tensor
+            picks = torch.arange(_KBV_SAMPLES, device=flat.device) * (flat.numel() - 1) // (_KBV_SAMPLES - 1)
             key.append((tuple(a.shape), a.dtype, hash(tuple(flat[picks].tolist()))))
         else:
             key.append(repr(a))

@@ -1,0 +1,74 @@
+"""Rewrite the device machine's own paths in what a GPU call brought back, before it is committed:
+logs, JSON and run databases (kbv.sqlite, whose verdicts keep tracebacks and stderr).
+
+    python bench/gpu_sanitize.py FILE...
+
+The box runs the checkout from /work/main and torch from /opt/torch/.venv, writes $OUT under
+/root/out and pytest's temporary folders under /tmp/pytest-of-root; what is published names them
+<repo>, <venv>, $OUT and <tmp>. A database is rewritten in place, then checkpointed into one file
+(no -wal or -shm beside it), so that a later call can resume from it.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+REWRITES = [
+    (re.compile(r"/opt/torch/\.venv"), "<venv>"),
+    (re.compile(r"/work/main"), "<repo>"),
+    (re.compile(r"/root/out/"), "$OUT/"),
+    (re.compile(r"/tmp/pytest-of-root/pytest-\d+/"), "<tmp>/"),
+]
+
+
+def clean(text: str) -> str:
+    for pattern, repl in REWRITES:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def clean_database(path: Path) -> int:
+    """Every text column of every table, rewritten; returns the cells changed."""
+    db = sqlite3.connect(path)
+    changed = 0
+    tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+    for table in tables:
+        columns = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
+        for row in db.execute(f'SELECT rowid, * FROM "{table}"').fetchall():
+            updates = {c: clean(v) for c, v in zip(columns, row[1:]) if isinstance(v, str) and clean(v) != v}
+            if updates:
+                sets = ", ".join(f'"{c}" = ?' for c in updates)
+                db.execute(f'UPDATE "{table}" SET {sets} WHERE rowid = ?', [*updates.values(), row[0]])
+                changed += len(updates)
+    db.commit()
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.close()
+    return changed
+
+
+def main(paths: list[str]) -> int:
+    if not paths:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            print(f"{name}: no such file", file=sys.stderr)
+            return 2
+        if path.suffix == ".sqlite":
+            print(f"{name}: {clean_database(path)} cells rewritten")
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        new = clean(text)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+        print(f"{name}: {'rewritten' if new != text else 'clean'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
