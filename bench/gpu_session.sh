@@ -25,7 +25,8 @@
 # namespaces, bwrap as root, and the isolation kbv picks); `sandbox-bench` times a child's start-up
 # with and without the sandbox on the GPU.
 # `redteam` runs kbv redteam on the GPU examples (issue 36's GPU targets), its JSON in $OUT/redteam.json, on
-# REDTEAM_PROBLEMS (default smoke; `full` for GPU-sized problems), REDTEAM_TRANSFORMS a comma list of them (default all);
+# REDTEAM_PROBLEMS (default smoke; `full` for GPU-sized problems), REDTEAM_TRANSFORMS a comma list of them (default all),
+# REDTEAM_PAIRS pairs per device (default 2);
 # it resumes from /tmp/kbv-redteam/run-<problems>, so a later call on a warm box goes on where it stopped, and a fresh
 # box from REDTEAM_DB (default docs/redteam_gpu_<problems>.sqlite: the database the last call brought back, sanitized
 # with bench/gpu_sanitize.py and committed); the mutants are made again, and a mutant whose source changed runs again.
@@ -274,6 +275,7 @@ for s in "$@"; do
         cp "examples/$n.py" /tmp/kbv-redteam/cands/; done
       step redteam "${REDTEAM_LIMIT:-540}" bash -c "$KBV redteam /tmp/kbv-redteam/cands --problems ${REDTEAM_PROBLEMS:-smoke} \
         --device cuda --run /tmp/kbv-redteam/run-${REDTEAM_PROBLEMS:-smoke} --seed 7 --timer-budget 3 --ci-target 0.05 \
+        --pairs-per-device ${REDTEAM_PAIRS:-2} \
         ${REDTEAM_TRANSFORMS:+--transforms $REDTEAM_TRANSFORMS} --fixtures $OUT/redteam-fixtures --format json > $OUT/redteam.json"
       # the run's database comes back whole (bench/gpu_sanitize.py, then commit it as the published run)
       python3 -c "import sqlite3, sys; d = sqlite3.connect(sys.argv[1]); d.execute('PRAGMA wal_checkpoint(TRUNCATE)')" \

@@ -5,6 +5,7 @@ HTML report's section and a resumed run. About two minutes on a 2-core box."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -103,10 +104,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     shutil.copy(EXAMPLES / HONEST[0], tmp_path / "honest" / HONEST[0])
     inside = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--run", str(tmp_path / "honest" / "run"))
     unknown = kbv("redteam", str(tmp_path / "honest"), "--transforms", "replay_pointr")
-    for done in (inside, unknown, kbv("redteam"), kbv("redteam", str(tmp_path / "missing"))):
+    lanes = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--pairs-per-device", "9",
+                "--run", str(tmp_path / "run"))
+    for done in (inside, unknown, lanes, kbv("redteam"), kbv("redteam", str(tmp_path / "missing"))):
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
     assert "lies inside the candidates' directory" in inside.stderr and "Did you mean replay_pointer" in unknown.stderr
+    assert "--pairs-per-device 9: expected 1 to 8" in lanes.stderr and not lanes.stdout  # refused before the run starts
 
 
 def test_help_and_list_name_the_options_and_every_transformation() -> None:
@@ -114,3 +118,15 @@ def test_help_and_list_name_the_options_and_every_transformation() -> None:
     assert shown.returncode == 0 and "--transforms" in shown.stdout and "--model" in shown.stdout
     listed = kbv("redteam", "--list")
     assert listed.returncode == 0 and all(name in listed.stdout for name in (*SLICE, "default_init", "timer_cuda_event"))
+
+
+def test_the_lanes_and_the_preparation_bound_reach_the_evaluation() -> None:
+    """`--pairs-per-device` and `--prepare-timeout` mean what they mean to `kbv eval`: the red team's two
+    evaluations (the honest candidates, then the mutants) run with them."""
+    from kbv.redteam.command import _config, redteam_command
+
+    options = {name: param.default for name, param in inspect.signature(redteam_command).parameters.items()}
+    config = _config({**options, "candidates": "examples", "pairs_per_device": 2, "prepare_timeout": 45.0})
+    assert (config.evaluation.pairs_per_device, config.evaluation.prepare_timeout_s) == (2, 45.0)
+    plain = _config({**options, "candidates": "examples"})
+    assert (plain.evaluation.pairs_per_device, plain.evaluation.prepare_timeout_s) == (1, 0.0)

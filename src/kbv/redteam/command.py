@@ -60,6 +60,9 @@ def redteam_command(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     devices: Annotated[Optional[str], typer.Option(help="One lane per device: auto, GPU indices (0,1,3), or cpu,cpu.",
                                                    show_default=False)] = None,
+    pairs_per_device: Annotated[int, typer.Option(
+        "--pairs-per-device", help="Pairs each device evaluates at once: their untimed work overlaps, their timed "
+                                   "windows take turns (1-8).")] = 1,
     run: Annotated[Optional[str], typer.Option("--run", help="Run directory (default kbv-runs/redteam-<candidates>); "
                                                "the same command resumes it.", show_default=False)] = None,
     fixtures: Annotated[Optional[str], typer.Option(
@@ -67,6 +70,9 @@ def redteam_command(
         show_default=False)] = None,
     seed: Annotated[Optional[int], typer.Option(help="Fix the verified protocol's secret seed (recorded).")] = None,
     timeout: Annotated[float, typer.Option(help="Wall-clock seconds for one pair's evaluation.")] = 300.0,
+    prepare_timeout: Annotated[Optional[float], typer.Option(
+        help="Wall-clock seconds for preparing one problem under one protocol (default: --timeout); past it, a "
+             "stored problem failure naming the step.", show_default=False)] = None,
     build_timeout: Annotated[float, typer.Option(help="Wall-clock seconds for one candidate's build.")] = 900.0,
     jobs: Annotated[int, typer.Option(help="Parallel builds (0: one per CPU set apart for builds).")] = 0,
     cache_dir: Annotated[Optional[str], typer.Option(help="Where builds (and --model's replies) are cached.",
@@ -141,8 +147,9 @@ def _config(opts: dict[str, Any]) -> Any:
                          ".jsonl file (or --list the transformations).")
     evaluation = EvalConfig(
         candidates=opts["candidates"], problems=opts["problems"], protocol="both", device=opts["device"],
-        devices=opts["devices"], run_dir=opts["run"] or default_run_dir(opts["candidates"]), seed=opts["seed"],
-        timeout_s=opts["timeout"], build_timeout_s=opts["build_timeout"], jobs=opts["jobs"],
+        devices=opts["devices"], pairs_per_device=opts["pairs_per_device"],
+        run_dir=opts["run"] or default_run_dir(opts["candidates"]), seed=opts["seed"], timeout_s=opts["timeout"],
+        prepare_timeout_s=opts["prepare_timeout"] or 0.0, build_timeout_s=opts["build_timeout"], jobs=opts["jobs"],
         cache_dir=opts["cache_dir"], tolerance=opts["tolerance"], standard_timing=opts["standard_timing"],
         trials=opts["trials"], ci_target=opts["ci_target"], timer_budget_s=opts["timer_budget"],
         sandbox=opts["sandbox"])

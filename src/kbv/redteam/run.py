@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kbv.api import EvalConfig, evaluate, load_report
+from kbv.api import EvalConfig, check_config, evaluate, load_report
 from kbv.candidates import Candidate, Pair, load_candidates
 from kbv.errors import HarnessError, StoreError, UsageError
 from kbv.problems import load_problems
@@ -106,6 +106,7 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
         from kbv.redteam.hacker import check_hacker
 
         check_hacker(config.hacker)
+    check_config(evaluation)  # bad options are refused before anything is said or run
     run_dir = Path(evaluation.run_dir)  # type: ignore[arg-type]
     _check_run_dir(run_dir, Path(evaluation.candidates))
     pairs = _honest_pairs(evaluation)
