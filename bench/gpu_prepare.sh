@@ -6,6 +6,9 @@
 #   .dev/*.deb         bubblewrap, for the sandbox (`bwrap-site`)
 #   .dev/wheels/       FastAPI, uvicorn and what they need beyond the box's image (`serve-site`)
 #   .dev/before/       kbv at BEFORE (default bc9b6f1) for the before/after benches (`cold-before`)
+#   .dev/plans-*.json  the memory plans of KernelBench's problems for an H100 and an H200 (80, 140 and 141
+#                      GiB), so that `kb-sweep` takes the problems the card refuses last (needs PYTHON with
+#                      torch: default .venv/bin/python, `make install`; skipped with a line where it has none)
 # Usage: bash bench/gpu_prepare.sh [SHARED_DIR]   (default ../shared)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +23,13 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   -d .dev/wheels fastapi uvicorn starlette pydantic pydantic-core annotated-types typing-inspection \
   annotated-doc opentelemetry-api typing-extensions
 rm -rf .dev/before && mkdir -p .dev/before && git archive "${BEFORE:-bc9b6f1}" | tar -x -C .dev/before
+py=${PYTHON:-.venv/bin/python}
+if "$py" -c "import torch" 2>/dev/null; then
+  for gib in 80 140 141; do  # about a minute each, on the meta device
+    [ -f ".dev/plans-$gib.json" ] || PYTHONPATH=src "$py" bench/kernelbench_plans.py .dev/kb --device-gib "$gib" \
+      --host-gib 128 --out ".dev/plans-$gib.json" | tail -n 1
+  done
+else
+  echo "no memory plans made: $py has no torch (make install, or PYTHON=...); kb-sweep will take the problems in order"
+fi
 du -sh .dev
