@@ -268,6 +268,21 @@ def test_bad_input_exits_2_with_the_reason(tmp_path: Path, args: list[str], mess
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
+@pytest.mark.parametrize("where", ["afile", "afile/run", "cache:afile"])
+def test_a_file_in_the_way_of_the_run_or_the_cache_is_refused_before_anything_prints(tmp_path: Path,
+                                                                                      where: str) -> None:
+    """Not even the unpaired candidates' lines come first: the run directory is checked with the other
+    options."""
+    cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU, "19_ReLUU__typo.py": HONEST_RELU})
+    (tmp_path / "afile").write_text("not a directory\n")
+    option, name = ("--cache-dir", where.split(":")[1]) if where.startswith("cache:") else ("--run", where)
+    extra = ["--run", str(tmp_path / "run")] if option == "--cache-dir" else []
+    result = invoke("eval", str(cands), "--device", "cpu", option, str(tmp_path / name), *extra)
+    assert result.exit_code == 2 and not result.stdout, result.stdout + result.stderr
+    assert result.stderr.startswith(f"error: {option} {tmp_path / name}: ") and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_bad_standard_timing_is_one_line_and_exit_2(tmp_path: Path) -> None:
     cands = write_tree(tmp_path / "c", {"2_ReLU.py": HONEST_RELU})
     done = kbv("eval", str(cands), "--device", "cpu", "--standard-timing", "do-bench", "--run", str(tmp_path / "run"))

@@ -342,6 +342,7 @@ def check_config(config: EvalConfig) -> None:
     SandboxMode.parse(config.sandbox)
     _check_verified_choices(config)
     _check_executor(config)
+    _check_directories(config)
 
 
 def _check_numbers(config: EvalConfig) -> None:
@@ -484,6 +485,20 @@ class RunnerRecipe:
 
     def make(self, settings: Settings, secret: bytes) -> dict[str, ProtocolRunner]:
         return _runners(self.config, settings, secret)
+
+
+def _check_directories(config: EvalConfig) -> None:
+    """--run and --cache-dir, where they or the nearest folder above them exist, before anything is
+    said: a file in the way is refused now (the directories themselves are made when the run starts)."""
+    for option, value in (("--run", config.run_dir), ("--cache-dir", config.cache_dir)):
+        if not value:
+            continue
+        path = Path(value)
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{option} {path}: exists and is not a directory.")
+        above = next((p for p in path.absolute().parents if p.exists()), None)
+        if above is not None and not above.is_dir():
+            raise UsageError(f"{option} {path}: cannot create the directory: {above} is not a directory.")
 
 
 def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None, lanes: int = 1) -> Settings:

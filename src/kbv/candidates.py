@@ -21,6 +21,7 @@ import io
 import json
 import re
 import tokenize
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,7 +182,9 @@ def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]
     """Pair by the problem each candidate names; report the rest with a reason."""
     pairs: list[Pair] = []
     unpaired: list[Unpaired] = []
-    names = sorted({p.name for p in problems} | {p.key for p in problems})
+    # a problem suggested once: by its name, or by its key where another level has that name too
+    shared = Counter(p.name for p in problems)
+    names = sorted({p.name if shared[p.name] == 1 else p.key for p in problems})
     for cand in candidates:
         matches = _longest_matches(cand.problem_ref, problems)
         if len(matches) == 1:

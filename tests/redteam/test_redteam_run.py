@@ -106,11 +106,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     unknown = kbv("redteam", str(tmp_path / "honest"), "--transforms", "replay_pointr")
     lanes = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--pairs-per-device", "9",
                 "--run", str(tmp_path / "run"))
-    for done in (inside, unknown, lanes, kbv("redteam"), kbv("redteam", str(tmp_path / "missing"))):
+    empty = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--transforms", " ,", "--run", str(tmp_path / "run"))
+    devices = kbv("redteam", str(tmp_path / "honest"), "--devices", "foo", "--run", str(tmp_path / "run"))
+    (tmp_path / "afile").write_text("")
+    fixtures = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--fixtures", str(tmp_path / "afile"),
+                   "--run", str(tmp_path / "run"))
+    for done in (inside, unknown, lanes, empty, devices, fixtures, kbv("redteam"),
+                 kbv("redteam", str(tmp_path / "missing"))):
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert done.stderr.startswith("error: ") and "Traceback" not in done.stderr
     assert "lies inside the candidates' directory" in inside.stderr and "Did you mean replay_pointer" in unknown.stderr
-    assert "--pairs-per-device 9: expected 1 to 8" in lanes.stderr and not lanes.stdout  # refused before the run starts
+    assert "--pairs-per-device 9: expected 1 to 8" in lanes.stderr and "names no transformation" in empty.stderr
+    assert "--fixtures" in fixtures.stderr and "is not a directory" in fixtures.stderr
+    assert not lanes.stdout + devices.stdout + empty.stdout + fixtures.stdout  # refused before the run says anything
+    assert not (tmp_path / "run").exists()
 
 
 def test_help_and_list_name_the_options_and_every_transformation() -> None:

@@ -134,6 +134,38 @@ def test_a_user_transformation_is_one_file(tmp_path: Path) -> None:
     assert isinstance(made, Mutant) and "class ModelNew(_KbvHonest)" in made.code
 
 
+@pytest.mark.parametrize("body, said", [
+    ("raise ValueError('boom inside rewrite')", "the transformation failed: ValueError: boom inside rewrite"),
+    ("return 'def ('", "the transformation wrote a mutant that is not Python"),
+    ("return None", "the transformation wrote a NoneType, not a mutant's source"),
+    ("return 'X = 1'", "the transformation wrote a mutant without a top-level ModelNew"),
+])
+def test_a_transformation_that_fails_makes_no_mutant_and_the_others_go_on(tmp_path: Path, body: str,
+                                                                         said: str) -> None:
+    """A user's module under --transform-dir that raises or writes no mutant is the user's fault, not
+    kbv's: that transformation is `Failed` on the target (said as the run goes), and the run goes on."""
+    from kbv.api import EvalConfig
+    from kbv.redteam import Failed
+    from kbv.redteam.run import _make_mutants
+
+    (tmp_path / "broken.py").write_text(
+        "from kbv.redteam import Breaks, Transformation\n\n"
+        "class Broken(Transformation):\n    name = 'broken'\n    breaks = Breaks.SPEED\n    summary = 'broken'\n\n"
+        f"    def rewrite(self, target):\n        {body}\n\n"
+        "TRANSFORMATION = Broken()\n")
+    chosen = select(discover([tmp_path]), ["broken", "replay_pointer"])
+    target = targets(CPU_HONEST, "cpu")[0]
+    outcome = chosen[0].apply(target)
+    assert isinstance(outcome, Failed) and outcome.reason.startswith(said), outcome
+    lines: list[str] = []
+    pair = type("Pair", (), {"candidate": target.honest, "problem": target.problem})()
+    evaluation = EvalConfig(candidates=str(tmp_path), device="cpu")
+    made, skipped = _make_mutants([pair], chosen, "cpu", evaluation, None, None, lines.append)
+    assert [m.transformation for m in made] == ["replay_pointer"]
+    assert [n.transformation for _, n in skipped] == ["broken"]
+    assert lines == [f"no broken mutant of {target.honest.name}: {outcome.reason}"]
+
+
 def test_bad_transformation_files_and_names_are_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "nothing.py").write_text("X = 1\n")
     with pytest.raises(UsageError, match="defines no TRANSFORMATION"):
@@ -178,3 +210,16 @@ def test_the_content_key_samples_inside_a_tensor_of_full_softmax_size() -> None:
     assert fingerprint == hash((1.0,) * 64)
     # ten values: the picks are spread evenly from the first to the last
     assert scope["_kbv_key"]((torch.arange(10.0),))[0][2] == hash(tuple(float(i * 9 // 63) for i in range(64)))
+
+
+def test_the_default_run_directory_never_lies_inside_the_candidates(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kbv redteam .` from inside the candidates' folder: the default run directory goes beside the
+    folder (its mutants would be read as honest candidates inside it), named after the folder."""
+    from kbv.redteam.run import default_run_dir
+
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path / "mine")
+    assert Path(default_run_dir(".")) == tmp_path / "kbv-runs" / "redteam-mine"
+    monkeypatch.chdir(tmp_path)
+    assert default_run_dir("mine") == str(Path("kbv-runs") / "redteam-mine")

@@ -94,6 +94,13 @@ class NotApplicable:
     reason: str
 
 
+@dataclass(frozen=True)
+class Failed(NotApplicable):
+    """A transformation that raised, or wrote something other than Python defining ModelNew: no
+    mutant of this target, said as the run goes, and the run goes on with the other transformations
+    (a user's own module under --transform-dir is the user's input, not a fault of kbv)."""
+
+
 class Transformation(abc.ABC):
     """One known hack, as a rewrite of an honest candidate. Subclasses set the class attributes
     and implement `rewrite`; `apply` is the entry point."""
@@ -110,8 +117,8 @@ class Transformation(abc.ABC):
 
     def apply(self, target: Target) -> Mutant | NotApplicable:
         """A mutant of `target`, or NotApplicable with the reason (backend, device, or the
-        transformation's own). A rewrite that is not Python defining ModelNew is a bug in the
-        transformation: it raises ValueError naming it."""
+        transformation's own). A rewrite that raises, or returns anything but Python source defining
+        ModelNew, is a bug in the transformation: Failed, with what went wrong."""
         if target.device_type not in self.devices:
             return self.not_applicable(f"it means nothing on {target.device_type} "
                                        f"(only on {', '.join(sorted(self.devices))})")
@@ -122,9 +129,13 @@ class Transformation(abc.ABC):
             code = self.rewrite(target)
         except RewriteError as exc:  # the honest source does not lend itself to this rewrite
             return self.not_applicable(str(exc))
+        except Exception as exc:  # noqa: BLE001 - any module's bug, a user's own above all, is the module's
+            return Failed(self.name, f"the transformation failed: {type(exc).__name__}: {exc}")
         if isinstance(code, NotApplicable):
             return code
-        _check_source(self.name, code)
+        wrong = _source_fault(code)
+        if wrong:
+            return Failed(self.name, f"the transformation wrote {wrong}")
         return Mutant(self.name, self.breaks, target.honest, target.problem, code, self.summary)
 
     def not_applicable(self, reason: str) -> NotApplicable:
@@ -145,13 +156,17 @@ class OutputWrapper(Transformation):
         return wrap(target.honest.code, self.name, self.summary, self.wrapper)
 
 
-def _check_source(name: str, code: str) -> None:
+def _source_fault(code: object) -> str:
+    """What is wrong with a rewrite's result as a mutant's source ("" where nothing is)."""
+    if not isinstance(code, str):
+        return f"a {type(code).__name__}, not a mutant's source"
     try:
         tree = ast.parse(code)
     except SyntaxError as exc:
-        raise ValueError(f"transformation {name} wrote a mutant that is not Python: {exc}") from exc
+        return f"a mutant that is not Python: {exc}"
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in tree.body):
-        raise ValueError(f"transformation {name} wrote a mutant without a top-level ModelNew")
+        return "a mutant without a top-level ModelNew"
+    return ""
 
 
 def discover(extra_dirs: Sequence[str | Path] = ()) -> tuple[Transformation, ...]:

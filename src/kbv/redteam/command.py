@@ -154,6 +154,9 @@ def _config(opts: dict[str, Any]) -> Any:
         trials=opts["trials"], ci_target=opts["ci_target"], timer_budget_s=opts["timer_budget"],
         sandbox=opts["sandbox"])
     names = tuple(n.strip() for n in (opts["transforms"] or "").split(",") if n.strip())
+    if opts["transforms"] is not None and not names:  # an empty variable, say: never the whole run by accident
+        raise UsageError(f"--transforms '{opts['transforms']}' names no transformation: name one or more "
+                         "(--list shows them), or leave the option out for all of them.")
     return RedteamConfig(evaluation, names, tuple(opts["transform_dir"] or ()), _hacker(opts), opts["fixtures"])
 
 

@@ -17,6 +17,7 @@ Stages, all in one run directory (one store, resumable like `kbv eval`):
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
@@ -28,7 +29,7 @@ from kbv.api import EvalConfig, check_config, evaluate, load_report
 from kbv.candidates import Candidate, Pair, load_candidates
 from kbv.errors import HarnessError, StoreError, UsageError
 from kbv.problems import load_problems
-from kbv.redteam import Breaks, Mutant, NotApplicable, Target, Transformation, discover, select
+from kbv.redteam import Breaks, Failed, Mutant, NotApplicable, Target, Transformation, discover, select
 from kbv.redteam.judge import (
     PROTOCOLS,
     HonestRow,
@@ -44,7 +45,7 @@ from kbv.redteam.judge import (
     totals,
 )
 from kbv.redteam.probe import ProblemProbe, probe_problem
-from kbv.settings import resolve_device
+from kbv.settings import resolve_device, resolve_devices
 from kbv.verdict import ProblemFailure, Verdict
 
 MANIFEST = "redteam.json"
@@ -91,8 +92,13 @@ class RedteamResult:
 
 
 def default_run_dir(candidates: str) -> str:
-    """kbv-runs/redteam-<the candidates' name>."""
-    return str(Path("kbv-runs") / f"redteam-{_slug(Path(candidates.rstrip('/')).name)}")
+    """kbv-runs/redteam-<the candidates' name> (`.` named as the folder it is); beside the candidates'
+    directory where the working directory lies inside it, so that no mutant is read as honest."""
+    source = Path(os.path.abspath(candidates))  # `.` and `..` by name, a link by its own
+    here = Path("kbv-runs") / f"redteam-{_slug(source.name)}"
+    if source.is_dir() and Path(os.path.abspath(here)).is_relative_to(source):
+        return str(source.parent / here)
+    return str(here)
 
 
 def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, client: Any = None) -> RedteamResult:
@@ -107,10 +113,15 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
 
         check_hacker(config.hacker)
     check_config(evaluation)  # bad options are refused before anything is said or run
+    if config.fixtures_dir is not None and Path(config.fixtures_dir).exists() and not Path(config.fixtures_dir).is_dir():
+        raise UsageError(f"--fixtures {config.fixtures_dir}: exists and is not a directory.")
     run_dir = Path(evaluation.run_dir)  # type: ignore[arg-type]
     _check_run_dir(run_dir, Path(evaluation.candidates))
+    # the device too, before a word is said (evaluate would refuse it only after the line below)
+    resolve_devices(evaluation.devices) if evaluation.devices is not None else resolve_device(evaluation.device)
     pairs = _honest_pairs(evaluation)
-    say(f"honest candidates: {len(pairs)}, both protocols")
+    if pairs:  # none: evaluate below refuses the run, with every unpaired file's reason
+        say(f"honest candidates: {len(pairs)}, both protocols")
     first = evaluate(evaluation, progress=_verdict_lines(say, "honest"))
     honest = _honest_rows(pairs, first.verdicts)
     bases = [p for p, row in zip(pairs, honest) if row.base]
@@ -175,6 +186,8 @@ def _make_mutants(bases: Sequence[Pair], transformations: Sequence[Transformatio
     for target in targets:
         for transformation in transformations:
             outcome = transformation.apply(target)
+            if isinstance(outcome, Failed):  # the run goes on without it; the user hears of it now
+                say(f"no {outcome.transformation} mutant of {target.honest.name}: {outcome.reason}")
             (made.append(outcome) if isinstance(outcome, Mutant) else skipped.append((target, outcome)))
     if hacker is not None and targets:
         from kbv.redteam.hacker import hack
