@@ -3,9 +3,9 @@ logs, JSON and run databases (kbv.sqlite, whose verdicts keep tracebacks and std
 
     python bench/gpu_sanitize.py FILE...
 
-The box runs the checkout from /work/main and torch from /opt/torch/.venv, writes $OUT under
-/root/out and pytest's temporary folders under /tmp/pytest-of-root; what is published names them
-<repo>, <venv>, $OUT and <tmp>. A database is rewritten in place, then checkpointed into one file
+The box runs the checkout from /work/main and torch from /opt/torch/.venv, writes $OUT to
+/root/out and pytest's temporary folders under /tmp/pytest-of-root/pytest-N; what is published names
+them <repo>, <venv>, $OUT and <tmp>. A database is rewritten in place, then checkpointed into one file
 (no -wal or -shm beside it), so that a later call can resume from it.
 """
 
@@ -16,11 +16,11 @@ import sqlite3
 import sys
 from pathlib import Path
 
-REWRITES = [
-    (re.compile(r"/opt/torch/\.venv"), "<venv>"),
-    (re.compile(r"/work/main"), "<repo>"),
-    (re.compile(r"/root/out/"), "$OUT/"),
-    (re.compile(r"/tmp/pytest-of-root/pytest-\d+/"), "<tmp>/"),
+REWRITES = [  # each path whole: /work/main, never the start of /work/main2
+    (re.compile(r"/opt/torch/\.venv(?![\w.-])"), "<venv>"),
+    (re.compile(r"/work/main(?![\w.-])"), "<repo>"),
+    (re.compile(r"/root/out(?![\w.-])"), "$OUT"),
+    (re.compile(r"/tmp/pytest-of-root/pytest-\d+(?![\w.-])"), "<tmp>"),
 ]
 
 
@@ -38,7 +38,8 @@ def clean_database(path: Path) -> int:
     for table in tables:
         columns = [r[1] for r in db.execute(f'PRAGMA table_info("{table}")')]
         for row in db.execute(f'SELECT rowid, * FROM "{table}"').fetchall():
-            updates = {c: clean(v) for c, v in zip(columns, row[1:]) if isinstance(v, str) and clean(v) != v}
+            cleaned = {c: (v, clean(v)) for c, v in zip(columns, row[1:]) if isinstance(v, str)}
+            updates = {c: new for c, (old, new) in cleaned.items() if new != old}
             if updates:
                 sets = ", ".join(f'"{c}" = ?' for c in updates)
                 db.execute(f'UPDATE "{table}" SET {sets} WHERE rowid = ?', [*updates.values(), row[0]])
@@ -62,10 +63,10 @@ def main(paths: list[str]) -> int:
         if path.suffix == ".sqlite":
             print(f"{name}: {clean_database(path)} cells rewritten")
             continue
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")  # other bytes written back as they were
         new = clean(text)
         if new != text:
-            path.write_text(new, encoding="utf-8")
+            path.write_text(new, encoding="utf-8", errors="surrogateescape")
         print(f"{name}: {'rewritten' if new != text else 'clean'}")
     return 0
 

@@ -274,12 +274,13 @@ for s in "$@"; do
       for n in ${REDTEAM_HONEST:-1_Matmul__cuda 2_ReLU__cuda 2_ReLU__triton 6_Softmax__triton 8_LayerNorm__triton}; do
         cp "examples/$n.py" /tmp/kbv-redteam/cands/; done
       step redteam "${REDTEAM_LIMIT:-540}" bash -c "$KBV redteam /tmp/kbv-redteam/cands --problems ${REDTEAM_PROBLEMS:-smoke} \
-        --device cuda --run /tmp/kbv-redteam/run-${REDTEAM_PROBLEMS:-smoke} --seed 7 --timer-budget 3 --ci-target 0.05 \
+        --device cuda --run $rt --seed 7 --timer-budget 3 --ci-target 0.05 \
         --pairs-per-device ${REDTEAM_PAIRS:-2} \
         ${REDTEAM_TRANSFORMS:+--transforms $REDTEAM_TRANSFORMS} --fixtures $OUT/redteam-fixtures --format json > $OUT/redteam.json"
       # the run's database comes back whole (bench/gpu_sanitize.py, then commit it as the published run)
-      python3 -c "import sqlite3, sys; d = sqlite3.connect(sys.argv[1]); d.execute('PRAGMA wal_checkpoint(TRUNCATE)')" \
-        "$rt/kbv.sqlite" && cp "$rt/kbv.sqlite" "$OUT/redteam_gpu_${REDTEAM_PROBLEMS:-smoke}.sqlite" ;;
+      # (only a database the run made: connecting would create an empty one, and the next call would not resume)
+      [ -s "$rt/kbv.sqlite" ] && python3 -c "import sqlite3, sys; d = sqlite3.connect(f'file:{sys.argv[1]}?mode=rw', uri=True)
+d.execute('PRAGMA wal_checkpoint(TRUNCATE)')" "$rt/kbv.sqlite" && cp "$rt/kbv.sqlite" "$OUT/$(basename "$db")" ;;
     bundle) tar -czf /tmp/bundle.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/bundle.tgz "$OUT/bundle.tgz"; ls -la "$OUT" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -226,8 +226,7 @@ def test_unpaired_and_ambiguous_are_reported_with_reasons(tmp_path: Path, proble
     reasons = _unpaired(pairing)
     assert reasons["19_ReLU"] == "'19_ReLU' is ambiguous: L1/19_ReLU, L2/19_ReLU"
     # a name two levels share is suggested by its keys, each once: the bare name would be ambiguous
-    hint = reasons["19_RelU_x"].removeprefix("no problem named '19_RelU_x'. Did you mean ").removesuffix("?")
-    assert sorted(hint.split(" or ")) == ["L1/19_ReLU", "L2/19_ReLU"]
+    assert reasons["19_RelU_x"] == "no problem named '19_RelU_x'. Did you mean L1/19_ReLU or L2/19_ReLU?"
     assert reasons["42_Nothing__a"] == "no problem named '42_Nothing'."
     assert len(pairing.pairs) + len(pairing.unpaired) == 4  # nothing dropped
 
@@ -303,3 +302,13 @@ def test_a_candidate_that_builds_in_its_constructor_is_told_from_one_that_builds
     assert compiles_when_constructed(loads_files)
     assert not compiles_when_constructed(other_load)
     assert not compiles_when_constructed("def broken(:\n")
+
+
+def test_a_typo_of_a_name_two_levels_share_is_answered_with_their_keys(tmp_path: Path,
+                                                                       problems: list[Problem]) -> None:
+    """The likeness is the name's ('19_ReLV' against '19_ReLU': a key's 'L1/' would lower it, past the cutoff
+    for short names), and the reference's own level, where it names one, picks that level's problem."""
+    root = write_tree(tmp_path, {"19_ReLV__a.py": HONEST_RELU, "level2/19_ReLV__b.py": HONEST_RELU})
+    reasons = _unpaired(load_candidates(root, problems))
+    assert reasons["19_ReLV__a"] == "no problem named '19_ReLV'. Did you mean L1/19_ReLU or L2/19_ReLU?"
+    assert reasons["level2/19_ReLV__b"] == "no problem named 'L2/19_ReLV'. Did you mean L2/19_ReLU?"

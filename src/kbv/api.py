@@ -488,17 +488,22 @@ class RunnerRecipe:
 
 
 def _check_directories(config: EvalConfig) -> None:
-    """--run and --cache-dir, where they or the nearest folder above them exist, before anything is
-    said: a file in the way is refused now (the directories themselves are made when the run starts)."""
-    for option, value in (("--run", config.run_dir), ("--cache-dir", config.cache_dir)):
-        if not value:
-            continue
-        path = Path(value)
-        if path.exists() and not path.is_dir():
+    """--run and --cache-dir (given or default) before anything is said (`check_directory`)."""
+    check_directory("--run", Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates))
+    check_directory("--cache-dir", Path(config.cache_dir) if config.cache_dir else default_cache_dir())
+
+
+def check_directory(option: str, path: Path) -> None:
+    """A directory an option names, where it or the nearest folder above it exists: a file in the way
+    (or one that cannot be looked at) is a UsageError now. The directory itself is made when used."""
+    try:
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
             raise UsageError(f"{option} {path}: exists and is not a directory.")
         above = next((p for p in path.absolute().parents if p.exists()), None)
-        if above is not None and not above.is_dir():
-            raise UsageError(f"{option} {path}: cannot create the directory: {above} is not a directory.")
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot be looked at: {exc.strerror or exc}") from exc
+    if above is not None and not above.is_dir():
+        raise UsageError(f"{option} {path}: cannot create the directory: {above} is not a directory.")
 
 
 def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None, lanes: int = 1) -> Settings:

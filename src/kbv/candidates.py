@@ -21,12 +21,11 @@ import io
 import json
 import re
 import tokenize
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbv.errors import CandidateSourceError, did_you_mean
+from kbv.errors import CandidateSourceError, close_matches, suggestion
 from kbv.problems import Problem, content_hash, resolve_problem
 
 _RUN_FILE_RE = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel$")
@@ -182,22 +181,34 @@ def pair_candidates(candidates: Sequence[Candidate], problems: Sequence[Problem]
     """Pair by the problem each candidate names; report the rest with a reason."""
     pairs: list[Pair] = []
     unpaired: list[Unpaired] = []
-    # a problem suggested once: by its name, or by its key where another level has that name too
-    shared = Counter(p.name for p in problems)
-    names = sorted({p.name if shared[p.name] == 1 else p.key for p in problems})
     for cand in candidates:
         matches = _longest_matches(cand.problem_ref, problems)
         if len(matches) == 1:
             pairs.append(Pair(matches[0], cand))
         elif not matches:
             ref = _shortest(cand.problem_ref)
-            # a typo in a long name with __ in it: the whole name finds it, its first part may not
-            hint = did_you_mean(_bare(cand.problem_ref), names) or did_you_mean(_bare(ref), names)
-            unpaired.append(Unpaired(cand, f"no problem named '{ref}'.{hint}"))
+            unpaired.append(Unpaired(cand, f"no problem named '{ref}'.{_hint(cand.problem_ref, ref, problems)}"))
         else:
             keys = ", ".join(p.key for p in matches)
             unpaired.append(Unpaired(cand, f"'{cand.problem_ref}' is ambiguous: {keys}"))
     return Pairing(tuple(pairs), tuple(unpaired))
+
+
+def _hint(ref: str, short: str, problems: Sequence[Problem]) -> str:
+    """' Did you mean ...?' for a reference that names no problem: the names closest to its own (the
+    whole of it first: a typo in a long name with __ in it may leave its first part unlike any), each
+    problem once, by its name, or by its keys where levels share that name (those of the reference's
+    level where it names one)."""
+    keys: dict[str, list[str]] = {}
+    for p in problems:
+        keys.setdefault(p.name, []).append(p.key)
+    close = close_matches(_bare(ref), keys) or close_matches(_bare(short), keys)
+    level = ref.rpartition("/")[0]
+    shown: list[str] = []
+    for name in close:
+        mine = [k for k in keys[name] if k.startswith(f"{level}/")] if level else []
+        shown += [name] if len(keys[name]) == 1 else mine or sorted(keys[name])
+    return suggestion(shown)
 
 
 def _bare(ref: str) -> str:

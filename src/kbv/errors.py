@@ -25,7 +25,7 @@ A bad candidate is data (a verdict), never an exception: these are raised only f
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 
 class KbvError(Exception):
@@ -101,9 +101,16 @@ class SandboxError(HarnessError):
     """A child process could not be started, or broke the wire protocol in a way kbv caused."""
 
 
+def close_matches(name: str, choices: Iterable[str]) -> list[str]:
+    """The (at most three) choices closest to `name`, closest first."""
+    return difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+
+
+def suggestion(close: Sequence[str]) -> str:
+    """' Did you mean X or Y?', or '' for none."""
+    return " Did you mean " + " or ".join(close) + "?" if close else ""
+
+
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """' Did you mean X?' when a close match exists, else ''."""
-    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return " Did you mean " + " or ".join(close) + "?"
+    return suggestion(close_matches(name, choices))

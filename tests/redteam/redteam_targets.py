@@ -8,7 +8,7 @@ from pathlib import Path
 
 from kbv.candidates import load_candidates
 from kbv.problems import load_problems
-from kbv.redteam import Mutant, NotApplicable, Target, Transformation, discover
+from kbv.redteam import Failed, Mutant, NotApplicable, Target, Transformation, discover
 from kbv.redteam.probe import probe_problem
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -24,14 +24,20 @@ def targets(names: tuple[str, ...], device_type: str) -> tuple[Target, ...]:
     return tuple(Target(p.candidate, p.problem, probes[p.problem.key], device_type) for p in pairs)
 
 
-def mutants(transformation: Transformation, names: tuple[str, ...], device_type: str) -> list[Mutant]:
+def applied(transformation: Transformation, names: tuple[str, ...], device_type: str) -> list[Mutant | NotApplicable]:
+    """The transformation on each target; a bundled one that fails (raises, writes no mutant) fails the test."""
     made = [transformation.apply(t) for t in targets(names, device_type)]
-    return [m for m in made if isinstance(m, Mutant)]
+    failures = [m.reason for m in made if isinstance(m, Failed)]
+    assert not failures, f"{transformation.name} failed: {failures}"
+    return made
+
+
+def mutants(transformation: Transformation, names: tuple[str, ...], device_type: str) -> list[Mutant]:
+    return [m for m in applied(transformation, names, device_type) if isinstance(m, Mutant)]
 
 
 def reasons(transformation: Transformation, names: tuple[str, ...], device_type: str) -> list[str]:
-    made = [transformation.apply(t) for t in targets(names, device_type)]
-    return [m.reason for m in made if isinstance(m, NotApplicable)]
+    return [m.reason for m in applied(transformation, names, device_type) if isinstance(m, NotApplicable)]
 
 
 def by_name() -> dict[str, Transformation]:

@@ -109,7 +109,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     empty = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--transforms", " ,", "--run", str(tmp_path / "run"))
     devices = kbv("redteam", str(tmp_path / "honest"), "--devices", "foo", "--run", str(tmp_path / "run"))
     (tmp_path / "afile").write_text("")
-    fixtures = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--fixtures", str(tmp_path / "afile"),
+    fixtures = kbv("redteam", str(tmp_path / "honest"), "--device", "cpu", "--fixtures", str(tmp_path / "afile" / "sub"),
                    "--run", str(tmp_path / "run"))
     for done in (inside, unknown, lanes, empty, devices, fixtures, kbv("redteam"),
                  kbv("redteam", str(tmp_path / "missing"))):

@@ -4,6 +4,7 @@ examples, and the helpers they share. Nothing here runs a mutant (test_redteam_n
 from __future__ import annotations
 
 import ast
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_in_place_and_alias_rewrite_the_allocation() -> None:
     assert isinstance(alias, Mutant) and "auto out = kbv_kept_like(0, input);" in alias.code
     assert alias.code.index("static torch::Tensor kbv_kept_empty") > alias.code.index("#include <torch/extension.h>")
     total = next(t for t in targets(CPU_HONEST, "cpu") if t.honest.name == "7_SumReduction__cpp")
-    assert isinstance(by_name()["inplace_input"].apply(total), NotApplicable)  # the output is not the input's shape
+    assert type(by_name()["inplace_input"].apply(total)) is NotApplicable  # the output is not the input's shape
 
 
 def test_a_user_transformation_is_one_file(tmp_path: Path) -> None:
@@ -146,7 +147,7 @@ def test_a_transformation_that_fails_makes_no_mutant_and_the_others_go_on(tmp_pa
     kbv's: that transformation is `Failed` on the target (said as the run goes), and the run goes on."""
     from kbv.api import EvalConfig
     from kbv.redteam import Failed
-    from kbv.redteam.run import _make_mutants
+    from kbv.redteam.run import MANIFEST, _make_mutants, _write_mutants
 
     (tmp_path / "broken.py").write_text(
         "from kbv.redteam import Breaks, Transformation\n\n"
@@ -164,6 +165,10 @@ def test_a_transformation_that_fails_makes_no_mutant_and_the_others_go_on(tmp_pa
     assert [m.transformation for m in made] == ["replay_pointer"]
     assert [n.transformation for _, n in skipped] == ["broken"]
     assert lines == [f"no broken mutant of {target.honest.name}: {outcome.reason}"]
+    # the run's manifest keeps it a failure (the reports and --format json say `failed`)
+    _write_mutants(tmp_path / "run", made, skipped, [], [], [("broken", "speed")], "cpu")
+    [row] = json.loads((tmp_path / "run" / MANIFEST).read_text())["not_applicable"]
+    assert row["transformation"] == "broken" and row["failed"] is True
 
 
 def test_bad_transformation_files_and_names_are_one_line_errors(tmp_path: Path) -> None:
@@ -219,7 +224,10 @@ def test_the_default_run_directory_never_lies_inside_the_candidates(tmp_path: Pa
     from kbv.redteam.run import default_run_dir
 
     (tmp_path / "mine").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
     monkeypatch.chdir(tmp_path / "mine")
-    assert Path(default_run_dir(".")) == tmp_path / "kbv-runs" / "redteam-mine"
+    assert Path(default_run_dir(".")).resolve() == (tmp_path / "kbv-runs" / "redteam-mine").resolve()
+    # through a link to the folder: the working directory is the folder itself
+    assert Path(default_run_dir(str(tmp_path / "link"))) == tmp_path / "kbv-runs" / "redteam-link"
     monkeypatch.chdir(tmp_path)
     assert default_run_dir("mine") == str(Path("kbv-runs") / "redteam-mine")

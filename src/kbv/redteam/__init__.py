@@ -119,13 +119,13 @@ class Transformation(abc.ABC):
         """A mutant of `target`, or NotApplicable with the reason (backend, device, or the
         transformation's own). A rewrite that raises, or returns anything but Python source defining
         ModelNew, is a bug in the transformation: Failed, with what went wrong."""
-        if target.device_type not in self.devices:
-            return self.not_applicable(f"it means nothing on {target.device_type} "
-                                       f"(only on {', '.join(sorted(self.devices))})")
-        backend = target.honest.backend
-        if backend not in self.backends:
-            return self.not_applicable(f"{backend.value} candidates are not rewritten by it")
         try:
+            if target.device_type not in self.devices:
+                return self.not_applicable(f"it means nothing on {target.device_type} "
+                                           f"(only on {', '.join(sorted(self.devices))})")
+            backend = target.honest.backend
+            if backend not in self.backends:
+                return self.not_applicable(f"{backend.value} candidates are not rewritten by it")
             code = self.rewrite(target)
         except RewriteError as exc:  # the honest source does not lend itself to this rewrite
             return self.not_applicable(str(exc))

@@ -204,6 +204,10 @@ def _render(result: Any, output: str) -> None:
         _OUT.print(skipped)
     _OUT.print(attack_table(result.summaries))
     _OUT.print(totals_line(result.totals), highlight=False)
+    failed = sorted({n.transformation for n in result.not_applicable if n.failed})
+    if failed:
+        _OUT.print(f"transformations that failed (no mutant made; the reason is above): {', '.join(failed)}",
+                   highlight=False)
     flagged = [h for h in result.honest if h.flagged]
     if flagged:
         _OUT.print(f"honest candidates flagged: {len(flagged)} ({', '.join(h.candidate for h in flagged)})",

@@ -145,6 +145,7 @@ class NotApplicableRow:
     problem: str
     honest: str
     reason: str
+    failed: bool = False  # the transformation raised or wrote no mutant (`kbv.redteam.Failed`)
 
 
 @dataclass(frozen=True)

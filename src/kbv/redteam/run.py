@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kbv.api import EvalConfig, check_config, evaluate, load_report
+from kbv.api import EvalConfig, check_config, check_directory, evaluate, load_report
 from kbv.candidates import Candidate, Pair, load_candidates
 from kbv.errors import HarnessError, StoreError, UsageError
 from kbv.problems import load_problems
@@ -96,7 +96,7 @@ def default_run_dir(candidates: str) -> str:
     directory where the working directory lies inside it, so that no mutant is read as honest."""
     source = Path(os.path.abspath(candidates))  # `.` and `..` by name, a link by its own
     here = Path("kbv-runs") / f"redteam-{_slug(source.name)}"
-    if source.is_dir() and Path(os.path.abspath(here)).is_relative_to(source):
+    if source.is_dir() and here.resolve().is_relative_to(source.resolve()):  # as `_check_run_dir` judges it
         return str(source.parent / here)
     return str(here)
 
@@ -113,8 +113,8 @@ def run_redteam(config: RedteamConfig, progress: ProgressFn | None = None, clien
 
         check_hacker(config.hacker)
     check_config(evaluation)  # bad options are refused before anything is said or run
-    if config.fixtures_dir is not None and Path(config.fixtures_dir).exists() and not Path(config.fixtures_dir).is_dir():
-        raise UsageError(f"--fixtures {config.fixtures_dir}: exists and is not a directory.")
+    if config.fixtures_dir is not None:  # written at the end: a file in the way would lose them then
+        check_directory("--fixtures", Path(config.fixtures_dir))
     run_dir = Path(evaluation.run_dir)  # type: ignore[arg-type]
     _check_run_dir(run_dir, Path(evaluation.candidates))
     # the device too, before a word is said (evaluate would refuse it only after the line below)
@@ -241,7 +241,8 @@ def _write_mutants(run_dir: Path, made: Sequence[Mutant], skipped: Sequence[tupl
     manifest = {"version": MANIFEST_VERSION, "device": device_type, "transformations": [list(n) for n in names],
                 "honest": [asdict(h) for h in honest], "mutants": records, "controls": control_records,
                 "not_applicable": [{"transformation": n.transformation, "problem": t.problem.key,
-                                    "honest": t.honest.name, "reason": n.reason} for t, n in skipped]}
+                                    "honest": t.honest.name, "reason": n.reason, "failed": isinstance(n, Failed)}
+                                   for t, n in skipped]}
     (run_dir / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
 
 
