@@ -3,10 +3,11 @@ logs, JSON and run databases (kbv.sqlite, whose verdicts keep tracebacks and std
 
     python bench/gpu_sanitize.py FILE...
 
-The box runs the checkout from /work/main and torch from /opt/torch/.venv, writes $OUT to
-/root/out and pytest's temporary folders under /tmp/pytest-of-root/pytest-N; what is published names
-them <repo>, <venv>, $OUT and <tmp>. A database is rewritten in place, then checkpointed into one file
-(no -wal or -shm beside it), so that a later call can resume from it.
+The box's torch lives in /opt/torch/.venv, its $OUT is /root/out, and pytest's temporary folders are
+/tmp/pytest-of-USER/pytest-N; the checkout's root is whatever stands before src/kbv/ in the text, or
+pytest's rootdir. What is published names them <venv>, $OUT, <tmp> and <repo>. A database is rewritten
+in place, then checkpointed into one file (no -wal or -shm beside it), so that a later call can resume
+from it.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ import sqlite3
 import sys
 from pathlib import Path
 
-REWRITES = [  # each path whole: /work/main, never the start of /work/main2
+REWRITES = [  # each path whole: /root/out, never the start of /root/outer
     (re.compile(r"/opt/torch/\.venv(?![\w.-])"), "<venv>"),
-    (re.compile(r"/work/main(?![\w.-])"), "<repo>"),
     (re.compile(r"/root/out(?![\w.-])"), "$OUT"),
-    (re.compile(r"/tmp/pytest-of-root/pytest-\d+(?![\w.-])"), "<tmp>"),
+    (re.compile(r"/tmp/pytest-of-[\w-]+/pytest-\d+(?![\w.-])"), "<tmp>"),
 ]
+# the checkout's root, wherever the box put it: what stands before kbv's own source in a traceback,
+# or pytest's rootdir
+REPO = re.compile(r"(?<![\w.-])(/[\w/.-]+?)/src/kbv/|^rootdir: (/[\w/.-]+)", re.MULTILINE)
 
 
 def clean(text: str) -> str:
+    for root in sorted({m.group(1) or m.group(2) for m in REPO.finditer(text)}, key=len, reverse=True):
+        text = re.sub(re.escape(root) + r"(?![\w.-])", "<repo>", text)
     for pattern, repl in REWRITES:
         text = pattern.sub(repl, text)
     return text
@@ -53,7 +58,7 @@ def clean_database(path: Path) -> int:
 
 def main(paths: list[str]) -> int:
     if not paths:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: python bench/gpu_sanitize.py FILE... (logs, JSON, kbv.sqlite)", file=sys.stderr)
         return 2
     for name in paths:
         path = Path(name)
