@@ -487,10 +487,16 @@ class RunnerRecipe:
         return _runners(self.config, settings, secret)
 
 
+def _directories(config: EvalConfig) -> tuple[tuple[str, Path], ...]:
+    """(option, path) of the run's directory and the build cache, given or default."""
+    return (("--run", Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)),
+            ("--cache-dir", Path(config.cache_dir) if config.cache_dir else default_cache_dir()))
+
+
 def _check_directories(config: EvalConfig) -> None:
-    """--run and --cache-dir (given or default) before anything is said (`check_directory`)."""
-    check_directory("--run", Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates))
-    check_directory("--cache-dir", Path(config.cache_dir) if config.cache_dir else default_cache_dir())
+    """--run and --cache-dir before anything is said (`check_directory`)."""
+    for option, path in _directories(config):
+        check_directory(option, path)
 
 
 def check_directory(option: str, path: Path) -> None:
@@ -507,14 +513,12 @@ def check_directory(option: str, path: Path) -> None:
 
 
 def _settings(config: EvalConfig, device: str, probe: dict[str, Any] | None = None, lanes: int = 1) -> Settings:
-    run_dir = Path(config.run_dir) if config.run_dir else Path("kbv-runs") / _slug(config.candidates)
+    (_, run_dir), (_, cache) = directories = _directories(config)
     # builds run here only for local lanes (under Ray, on the workers, one a task)
     device_type = "cuda" if device.startswith("cuda") else "cpu"
     jobs = config.jobs or auto_jobs(current_plan(config.build_isolation, lanes, device_type))
-    cache = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
-    for option, path in (("--run", run_dir), ("--cache-dir", cache)):
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"{option} {path}: exists and is not a directory.")
+    for option, path in directories:
+        check_directory(option, path)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
